@@ -1,0 +1,47 @@
+# Set-up and checks for forgive. `make test` is all a fresh Debian 12 machine needs.
+SHELL := /bin/bash
+PYTHON ?= /usr/bin/python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Debian packages the project needs at run time and in its tests.
+APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute2
+STAMP_APT := $(VENV)/.apt-stamp
+STAMP_PIP := $(VENV)/.pip-stamp
+
+.PHONY: setup test lint format bench clean
+
+setup: $(STAMP_PIP)
+
+$(STAMP_APT): Makefile
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages:" $$missing; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv --system-site-packages $(VENV)
+	@touch $@
+
+$(STAMP_PIP): $(STAMP_APT) pyproject.toml
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $@
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: setup
+	$(BIN)/python benchmarks/bench_core.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

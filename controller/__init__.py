@@ -1,0 +1,1 @@
+"""P4Runtime controller for FORGIVE switches."""

@@ -1,0 +1,128 @@
+"""The FORGIVE transport header (FTH) and the UDP framing it rides in.
+
+The layout is fixed by shared/protocol.md section 1. Decoding validates every
+field that a receive loop relies on, so a malformed packet turns into one typed
+error that the loop counts, never into a half-applied state change.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum, IntFlag
+
+FORGIVE_UDP_PORT = 17991
+FTH_VERSION = 1
+FTH_LEN = 16
+PACKET_BYTES = 4096
+"""Largest DATA payload, and so the largest range one trim can report."""
+TRIMMED_FRAME_LEN = 14 + 20 + 8 + FTH_LEN
+"""A trimmed packet on the wire: Ethernet, IPv4, UDP and FTH (58 bytes)."""
+
+FTH_STRUCT = struct.Struct("!BBHIII")
+
+
+class Opcode(IntEnum):
+    DATA = 0
+    ACK = 1
+    NACK = 2
+    CNP = 3
+
+
+class Flag(IntFlag):
+    TRIMMED = 0x01
+    ECE = 0x02
+    ELIGIBLE = 0x04
+    EXHAUSTED = 0x08
+    RETX = 0x10
+    LAST = 0x20
+
+
+class Dscp(IntEnum):
+    """Traffic classes carried in the IPv4 DSCP (shared/protocol.md section 3)."""
+
+    OTHER = 0
+    GRADIENT = 10
+    TENSOR_PARALLEL = 18
+    PIPELINE_PARALLEL = 20
+    CONTROL = 48
+
+
+KNOWN_FLAGS = int(Flag.TRIMMED | Flag.ECE | Flag.ELIGIBLE | Flag.EXHAUSTED | Flag.RETX | Flag.LAST)
+
+
+class MalformedPacket(ValueError):
+    """A packet that is too short, of another version or opcode, or whose lengths disagree."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fth:
+    opcode: Opcode
+    flags: Flag
+    length: int
+    flow_id: int
+    seq: int
+    aux: int
+
+    def encode(self, payload: bytes = b"") -> bytes:
+        return (
+            FTH_STRUCT.pack(
+                (FTH_VERSION << 4) | self.opcode,
+                self.flags,
+                self.length,
+                self.flow_id,
+                self.seq,
+                self.aux,
+            )
+            + payload
+        )
+
+    @property
+    def trimmed(self) -> bool:
+        return bool(self.flags & Flag.TRIMMED)
+
+
+def check_fields(
+    version: int, opcode: int, flags: int, length: int, seq: int, aux: int, payload_len: int
+) -> None:
+    """Raise MalformedPacket unless the decoded fields describe a packet this version sends.
+
+    Shared by `decode` and by the receivers' hot paths, which unpack with
+    `FTH_STRUCT` directly to avoid building an `Fth` per packet.
+    """
+    if version != FTH_VERSION:
+        raise MalformedPacket(f"FTH version {version}, expected {FTH_VERSION}")
+    if opcode > Opcode.CNP:
+        raise MalformedPacket(f"unknown FTH opcode {opcode}")
+    if flags & ~KNOWN_FLAGS:
+        raise MalformedPacket(f"unknown FTH flags 0x{flags:02x}")
+    if opcode == Opcode.DATA:
+        if length == 0 or length > PACKET_BYTES:
+            raise MalformedPacket(f"DATA length {length} outside 1..{PACKET_BYTES}")
+        if seq + length > aux:
+            raise MalformedPacket(f"DATA range [{seq}, {seq + length}) beyond flow length {aux}")
+        expected = 0 if flags & Flag.TRIMMED else length
+        if payload_len != expected:
+            raise MalformedPacket(
+                f"DATA carries {payload_len} payload bytes, header says {expected}"
+            )
+        return
+    if flags & (Flag.TRIMMED | Flag.RETX | Flag.LAST):
+        raise MalformedPacket(f"flags 0x{flags:02x} are for DATA only")
+    if payload_len:
+        raise MalformedPacket(f"{Opcode(opcode).name} carries {payload_len} payload bytes")
+    if opcode == Opcode.CNP:
+        if length or seq or aux:
+            raise MalformedPacket("CNP with non-zero length, seq or aux")
+    elif opcode == Opcode.NACK and length == 0:
+        raise MalformedPacket("NACK of an empty range")
+
+
+def decode(buf: bytes | bytearray | memoryview) -> tuple[Fth, memoryview]:
+    """Split a buffer that starts at the FTH into the header and its payload."""
+    if len(buf) < FTH_LEN:
+        raise MalformedPacket(f"{len(buf)} bytes, shorter than the {FTH_LEN}-byte FTH")
+    vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
+    check_fields(vo >> 4, vo & 0x0F, flags, length, seq, aux, len(buf) - FTH_LEN)
+    header = Fth(Opcode(vo & 0x0F), Flag(flags), length, flow_id, seq, aux)
+    return header, memoryview(buf)[FTH_LEN:]

@@ -1,0 +1,1 @@
+"""Mininet topologies and the emulation runner."""
