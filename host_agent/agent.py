@@ -1,0 +1,530 @@
+"""The host agent: one event loop between a raw socket and the sans-IO protocol core.
+
+Every arriving frame is handed to the core, everything the core returns goes
+out at once, and the loop sleeps until the earlier of the core's next deadline
+and the next frame. `select` is used rather than epoll because its timeout has
+microsecond resolution; epoll's is a millisecond, too coarse to pace packets on
+a path whose round trip is itself well under a millisecond.
+
+The agent is also the host-local interface of the design note: the training
+side tells it which step begins, how many gradient bytes that step brings,
+which flows to expect and what to send (`begin_step`, `register_flow`, `send`,
+`complete_step`), and hears back completion events. Those calls are the four
+facts no packet carries.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import select
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
+from host_agent.frames import (
+    ARP_REPLY,
+    ARP_REQUEST,
+    BROADCAST_MAC,
+    ECN_ECT0,
+    ECN_NOT_ECT,
+    FrameBuilder,
+    MalformedFrame,
+    arp_frame,
+    ip_bytes,
+    ip_text,
+    mac_bytes,
+    parse,
+    parse_arp,
+)
+from host_agent.link import RawLink, interface_ipv4
+from host_agent.policies import Policy, is_shed, parse_policy
+from host_agent.stats import StatsLog, bound_violation
+from host_agent.wire import FTH_LEN, Dscp, Flag, MalformedPacket, Opcode
+
+TRAFFIC_CLASSES: dict[str, Dscp] = {
+    "gradient": Dscp.GRADIENT,
+    "tensor-parallel": Dscp.TENSOR_PARALLEL,
+    "pipeline-parallel": Dscp.PIPELINE_PARALLEL,
+    "other": Dscp.OTHER,
+}
+RECV_BATCH = 256
+"""Frames taken per wake-up before the sender gets another turn."""
+ARP_RETRY = 0.05
+_SPORT_BASE = 0xC000
+
+Listener = Callable[[dict[str, Any], bytes | None], None]
+"""Receives every completion event; the bytes are a delivered flow's payload, else None."""
+
+
+@dataclass
+class AgentConfig:
+    iface: str
+    ip: str | None = None
+    """This host's IPv4 address; None takes the interface's kernel address."""
+    policy: Policy = field(default_factory=lambda: parse_policy("forgive"))
+    seed: int = 0
+    line_rate_bps: float = 10e9
+    rto: float = 0.002
+    rto_max: float = 0.1
+    cnp_interval: float = 50e-6
+    spray: bool = True
+    """Per-packet UDP source ports (path entropy); False keeps one per flow."""
+    neighbors: dict[str, str] = field(default_factory=dict)
+    """Static IPv4 -> MAC entries; others resolve through ARP unless a gateway is set."""
+    gateway_mac: str | None = None
+    """Next hop for every destination without a static entry (a switch port)."""
+    stats_path: str | None = None
+
+    def validate(self) -> None:
+        """Raise ValueError on the first bad setting, before any socket is opened."""
+        if self.ip is not None:
+            ip_bytes(self.ip)
+        for ip, mac in self.neighbors.items():
+            ip_bytes(ip)
+            mac_bytes(mac)
+        if self.gateway_mac is not None:
+            mac_bytes(self.gateway_mac)
+        if self.line_rate_bps <= 0:
+            raise ValueError("line rate must be positive")
+        if not 0 < self.rto <= self.rto_max:
+            raise ValueError("need 0 < rto <= rto_max")
+
+
+@dataclass(slots=True)
+class _TxFlow:
+    dst_ip: bytes
+    dscp: int
+    sport: int
+    step: int | None
+    size: int
+    started: float
+
+
+@dataclass(slots=True)
+class _RxFlow:
+    step: int
+    traffic_class: str
+    deliver: bool
+    registered: float
+    completed: bool = False
+    forget_when_done: bool = False
+
+
+@dataclass(slots=True)
+class _StepInfo:
+    critical: bool
+    expected: int
+    totals: Counter = field(default_factory=Counter)
+
+
+class HostAgent:
+    """One emulated host's transport endpoint; see the module docstring for the local API."""
+
+    def __init__(self, config: AgentConfig, listener: Listener | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.policy = config.policy
+        ip = config.ip or interface_ipv4(config.iface)
+        if ip is None:
+            raise ValueError(f"interface {config.iface!r} has no IPv4 address; pass one")
+        self.ip = ip_bytes(ip)
+        self.link = RawLink(config.iface)
+        self.builder = FrameBuilder(self.link.mac, self.ip)
+        p_low, p_high = self.policy.receiver_probabilities
+        self.rx = ForgiveReceiver(
+            ReceiverPolicy(
+                p_low=p_low,
+                p_high=p_high,
+                forgive_prob=self.policy.forgive_prob,
+                seed=config.seed,
+                vesting=self.policy.vesting,
+                exemption=self.policy.exemption,
+                cnp_interval=config.cnp_interval,
+            )
+        )
+        self.tx = ForgiveSender(
+            DcqcnParams(line_rate_bps=config.line_rate_bps, time_scale=1.0),
+            seed=config.seed,
+            rto=config.rto,
+            rto_max=config.rto_max,
+        )
+        self.listeners: list[Listener] = [listener] if listener else []
+        self.log = StatsLog(config.stats_path, ip)
+        self.counters: Counter = Counter()
+        self._static = {ip_bytes(k): mac_bytes(v) for k, v in config.neighbors.items()}
+        self._gateway = mac_bytes(config.gateway_mac) if config.gateway_mac else None
+        self._arp: dict[bytes, bytes] = {}
+        self._arp_asked: dict[bytes, float] = {}
+        self._tx_flows: dict[int, _TxFlow] = {}
+        self._rx_flows: dict[int, _RxFlow] = {}
+        self._steps: dict[int, _StepInfo] = {}
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._timer_seq = itertools.count()
+        self._readers: dict[int, Callable[[], None]] = {self.link.fileno(): self._on_frames}
+        self._sport_rng = random.Random(config.seed ^ int.from_bytes(self.ip, "big"))
+        self._stopping = False
+
+    # ----- the host-local interface -------------------------------------------------
+
+    def begin_step(self, step: int, critical: bool, expected_gradient_bytes: int) -> None:
+        """Open a step's loss budget; call before any of its flows are registered."""
+        if step in self._steps:
+            raise ValueError(f"step {step} already begun")
+        if expected_gradient_bytes < 0:
+            raise ValueError("expected gradient bytes must be >= 0")
+        self._steps[step] = _StepInfo(critical, expected_gradient_bytes)
+        self.rx.begin_step(step, critical=critical, expected_bytes=expected_gradient_bytes)
+        self.log.write("step_begin", step=step, critical=critical, expected=expected_gradient_bytes)
+
+    def register_flow(
+        self,
+        flow_id: int,
+        step: int,
+        traffic_class: str,
+        deliver: bool = False,
+        size: int | None = None,
+    ) -> None:
+        """Expect a flow from a peer. `deliver` hands its bytes to the listeners on completion.
+
+        Under a shedding policy a gradient message the shared draw sheds is
+        never sent, so it completes here at once as shed (`size` reports how
+        many bytes that was).
+        """
+        _check_class(traffic_class)
+        if flow_id in self._rx_flows:
+            raise ValueError(f"flow {flow_id} is already registered")
+        gradient = traffic_class == "gradient"
+        if gradient and self._shed(step, flow_id):
+            self._step_totals(step)["shed_bytes"] += size or 0
+            self.call_later(0.0, lambda: self._emit_shed("recv_done", flow_id, step, size))
+            return
+        self._rx_flows[flow_id] = _RxFlow(step, traffic_class, deliver, time.monotonic())
+        self.rx.register_flow(flow_id, step=step, gradient=gradient)
+
+    def send(
+        self,
+        dst: str,
+        flow_id: int,
+        data: bytes,
+        traffic_class: str,
+        step: int | None = None,
+    ) -> None:
+        """Start sending `data` as flow `flow_id`; a `send_done` event follows its last ACK."""
+        _check_class(traffic_class)
+        if flow_id in self._tx_flows:
+            raise ValueError(f"flow {flow_id} is already being sent")
+        if not data:
+            raise ValueError("a flow carries at least one byte")
+        if traffic_class == "gradient" and step is not None and self._shed(step, flow_id):
+            self._step_totals(step)["shed_bytes"] += len(data)
+            self.call_later(0.0, lambda: self._emit_shed("send_done", flow_id, step, len(data)))
+            return
+        now = time.monotonic()
+        sport = _SPORT_BASE | ((flow_id * 2654435761) >> 7) & 0x3FFF
+        self._tx_flows[flow_id] = _TxFlow(
+            ip_bytes(dst), TRAFFIC_CLASSES[traffic_class], sport, step, len(data), now
+        )
+        self.tx.open_flow(flow_id, len(data), now=now, data=data)
+
+    def complete_step(self, step: int) -> None:
+        """Close a step's loss budget (the note's OnAllReduceComplete) and log its totals."""
+        if step not in self._steps:
+            raise ValueError(f"step {step} was never begun")
+        self.rx.complete_step(step)
+        state = self._check_step(step, "complete_step")
+        info = self._steps[step]
+        self.log.write(
+            "step", step=step, critical=info.critical, **dict(state), **dict(info.totals)
+        )
+
+    def forget_step(self, step: int) -> None:
+        """Drop the receive state of a finished step's flows once no sender can still need it.
+
+        A flow of that step still arriving (a background burst) is dropped when it completes.
+        """
+        for flow_id, flow in list(self._rx_flows.items()):
+            if flow.step != step:
+                continue
+            if flow.completed:
+                self.rx.forget_flow(flow_id)
+                del self._rx_flows[flow_id]
+            else:
+                flow.forget_when_done = True
+
+    def step_state(self, step: int) -> dict[str, Any]:
+        return dict(self.rx.step_state(step))
+
+    # ----- loop plumbing ---------------------------------------------------------------
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
+        self.call_at(time.monotonic() + delay, fn)
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, (when, next(self._timer_seq), fn))
+
+    def add_reader(self, fd: int, fn: Callable[[], None]) -> None:
+        self._readers[fd] = fn
+
+    def remove_reader(self, fd: int) -> None:
+        self._readers.pop(fd, None)
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    def run(self, until: Callable[[], bool] | None = None) -> None:
+        """Serve frames, timers and readers until `stop()` or until `until()` turns true."""
+        self._stopping = False
+        while not self._stopping and not (until and until()):
+            now = time.monotonic()
+            self._run_timers(now)
+            self._transmit(now)
+            timeout = self._timeout(time.monotonic())
+            ready, _, _ = select.select(list(self._readers), [], [], timeout)
+            for fd in ready:
+                reader = self._readers.get(fd)
+                if reader is not None:
+                    reader()
+
+    def close(self) -> None:
+        self.log.write(
+            "agent",
+            policy=self.policy.name,
+            **dict(self.counters),
+            link_tx_errors=self.link.tx_errors,
+            core_rx=dict(self.rx.stats),
+        )
+        self.log.close()
+        self.link.close()
+
+    def _run_timers(self, now: float) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, _, fn = heapq.heappop(timers)
+            fn()
+
+    def _timeout(self, now: float) -> float:
+        deadline = self.tx.next_deadline()
+        if self._timers and (deadline is None or self._timers[0][0] < deadline):
+            deadline = self._timers[0][0]
+        if deadline is None:
+            return 0.5
+        return min(max(deadline - now, 0.0), 0.5)
+
+    # ----- sending -----------------------------------------------------------------------
+
+    def _transmit(self, now: float) -> None:
+        packets = self.tx.poll(now)
+        if not packets:
+            return
+        flows = self._tx_flows
+        headers = self.builder.headers
+        send = self.link.send
+        spray = self.config.spray
+        rng = self._sport_rng
+        for pkt in packets:
+            flow = flows.get(int.from_bytes(pkt[4:8], "big"))
+            if flow is None:
+                self.counters["tx_unknown_flow"] += 1
+                continue
+            mac = self._next_hop(flow.dst_ip, now)
+            if mac is None:
+                self.counters["tx_unresolved"] += 1
+                continue
+            sport = _SPORT_BASE | rng.getrandbits(14) if spray else flow.sport
+            send(headers(mac, flow.dst_ip, flow.dscp, ECN_ECT0, sport, len(pkt)), pkt)
+        self.counters["tx_data"] += len(packets)
+        self._drain_sender_completions(now)
+
+    def _next_hop(self, ip: bytes, now: float) -> bytes | None:
+        mac = self._static.get(ip) or self._gateway or self._arp.get(ip)
+        if mac is None and now - self._arp_asked.get(ip, -1.0) >= ARP_RETRY:
+            self._arp_asked[ip] = now
+            self.link.send(
+                arp_frame(ARP_REQUEST, self.link.mac, self.ip, BROADCAST_MAC, bytes(6), ip), b""
+            )
+        return mac
+
+    # ----- receiving ---------------------------------------------------------------------
+
+    def _on_frames(self) -> None:
+        now = time.monotonic()
+        counters = self.counters
+        rx_flows = self._rx_flows
+        for frame in self.link.recv_batch(RECV_BATCH):
+            try:
+                arrival = parse(frame)
+            except MalformedFrame as exc:
+                counters["malformed_frames"] += 1
+                self._note_malformed(exc)
+                continue
+            if arrival is None:
+                self._on_arp(frame)
+                continue
+            if arrival.dst_ip != self.ip:
+                counters["not_for_us"] += 1
+                continue
+            fth = arrival.fth
+            if len(fth) < FTH_LEN:
+                counters["malformed_frames"] += 1
+                continue
+            if fth[0] & 0x0F == Opcode.DATA:
+                counters["rx_data"] += 1
+                replies = self.rx.receive(bytes(fth), arrival.ce, now)
+                for reply in replies:
+                    self.link.send(
+                        self.builder.headers(
+                            arrival.src_mac,
+                            arrival.src_ip,
+                            Dscp.CONTROL,
+                            ECN_NOT_ECT,
+                            FrameBuilder,
+                            arrival.sport,
+                            len(reply),
+                        ),
+                        reply,
+                    )
+                if fth[1] & Flag.TRIMMED:
+                    flow = rx_flows.get(int.from_bytes(fth[4:8], "big"))
+                    if flow is not None and flow.traffic_class == "gradient":
+                        self._check_step(flow.step, "trim")
+            else:
+                counters["rx_control"] += 1
+                try:
+                    self.tx.receive(bytes(fth), now)
+                except MalformedPacket as exc:
+                    counters["malformed_control"] += 1
+                    self._note_malformed(exc)
+        self._drain_receiver_completions(now)
+        self._drain_sender_completions(now)
+
+    def _on_arp(self, frame: bytes) -> None:
+        msg = parse_arp(frame)
+        if msg is None:
+            self.counters["ignored_frames"] += 1
+            return
+        if msg.sender_ip != bytes(4):
+            self._arp[msg.sender_ip] = msg.sender_mac
+        if msg.op == ARP_REQUEST and msg.target_ip == self.ip:
+            self.link.send(
+                arp_frame(
+                    ARP_REPLY, self.link.mac, self.ip, msg.sender_mac, msg.sender_mac, msg.sender_ip
+                ),
+                b"",
+            )
+
+    def _note_malformed(self, exc: Exception) -> None:
+        if self.counters["malformed_logged"] < 10:
+            self.counters["malformed_logged"] += 1
+            print(f"forgive-agent: dropped a malformed packet: {exc}", file=sys.stderr)
+
+    # ----- completions, statistics and the bound --------------------------------------
+
+    def _drain_receiver_completions(self, now: float) -> None:
+        for flow_id in self.rx.take_completed():
+            flow = self._rx_flows.get(flow_id)
+            if flow is None:
+                continue
+            state = dict(self.rx.flow_state(flow_id))
+            totals = self._step_totals(flow.step)
+            for key in ("received_bytes", "forgiven_bytes", "trims", "ce_marks", "cnps_sent"):
+                totals[key] += state.get(key, 0)
+            event = {
+                "event": "recv_done",
+                "flow": flow_id,
+                "step": flow.step,
+                "traffic_class": flow.traffic_class,
+                "duration": now - flow.registered,
+                **{k: state[k] for k in _RECV_FIELDS if k in state},
+            }
+            if flow.traffic_class == "gradient":
+                self._check_step(flow.step, "recv_done")
+            self.log.write("flow_recv", **event)
+            payload = self.rx.payload(flow_id) if flow.deliver else None
+            flow.completed = True
+            if flow.forget_when_done:
+                self.rx.forget_flow(flow_id)
+                del self._rx_flows[flow_id]
+            self._emit(event, payload)
+
+    def _drain_sender_completions(self, now: float) -> None:
+        for flow_id in self.tx.take_completed():
+            flow = self._tx_flows.pop(flow_id, None)
+            if flow is None:
+                continue
+            state = dict(self.tx.flow_state(flow_id))
+            self.tx.close_flow(flow_id)
+            if flow.step is not None:
+                totals = self._step_totals(flow.step)
+                for key in ("retransmitted_bytes", "cnps", "nacks", "rtos", "mode_changes"):
+                    totals[key] += state.get(key, 0)
+            event = {
+                "event": "send_done",
+                "flow": flow_id,
+                "step": flow.step,
+                "dst": ip_text(flow.dst_ip),
+                "bytes": flow.size,
+                "duration": now - flow.started,
+                **{k: state[k] for k in _SEND_FIELDS if k in state},
+            }
+            self.log.write("flow_send", **event)
+            self._emit(event, None)
+
+    def _emit_shed(self, kind: str, flow_id: int, step: int, size: int | None) -> None:
+        event = {"event": kind, "flow": flow_id, "step": step, "shed": True, "bytes": size}
+        self.log.write("flow_shed", **event)
+        self._emit(event, None)
+
+    def _emit(self, event: dict[str, Any], payload: bytes | None) -> None:
+        for listener in self.listeners:
+            listener(event, payload)
+
+    def _check_step(self, step: int, where: str) -> dict[str, Any]:
+        """Recheck the note's bound for `step` from the core's state; count and shout on failure."""
+        state = self.rx.step_state(step)
+        problem = bound_violation(state)
+        if problem:
+            self.counters["bound_violations"] += 1
+            message = f"BOUND VIOLATION at {where}, step {step}: {problem}"
+            print(f"forgive-agent: {message}", file=sys.stderr)
+            self.log.write("bound_violation", step=step, where=where, problem=problem)
+        return state
+
+    def _step_totals(self, step: int) -> Counter:
+        info = self._steps.get(step)
+        if info is None:
+            info = self._steps[step] = _StepInfo(False, 0)
+        return info.totals
+
+    def _shed(self, step: int, flow_id: int) -> bool:
+        if not self.policy.shed:
+            return False
+        info = self._steps.get(step)
+        if info is None:
+            raise ValueError(f"step {step} was never begun")
+        return is_shed(self.policy, self.config.seed, step, flow_id, info.critical)
+
+
+_RECV_FIELDS = ("total", "received_bytes", "forgiven_bytes", "trims", "ce_marks", "cnps_sent")
+_SEND_FIELDS = (
+    "acked_bytes",
+    "retransmitted_bytes",
+    "cc_mode",
+    "rate_bps",
+    "cnps",
+    "nacks",
+    "rtos",
+    "mode_changes",
+)
+
+
+def _check_class(traffic_class: str) -> None:
+    if traffic_class not in TRAFFIC_CLASSES:
+        raise ValueError(
+            f"unknown traffic class {traffic_class!r} (known: {', '.join(TRAFFIC_CLASSES)})"
+        )

@@ -1,0 +1,221 @@
+"""Ethernet, IPv4 and UDP around an FTH packet: the only place the agent sees those headers.
+
+The protocol core works on bytes that start at the FTH (shared/protocol.md
+section 5). This module adds and strips the three outer headers, and reports
+the two things the core needs from them: where a packet came from and whether
+a switch marked it CE. Header templates are cached per destination and traffic
+class so the per-packet work is one pack and one checksum fold.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from dataclasses import dataclass
+
+from host_agent.wire import FORGIVE_UDP_PORT
+
+ETH_P_IP = 0x0800
+ETH_P_ARP = 0x0806
+ETH_LEN = 14
+IPV4_LEN = 20
+UDP_LEN = 8
+HEADERS_LEN = ETH_LEN + IPV4_LEN + UDP_LEN
+"""Bytes in front of the FTH on every frame the agent sends (42)."""
+
+ECN_NOT_ECT = 0
+ECN_ECT0 = 2
+ECN_CE = 3
+
+_IP_DONT_FRAGMENT = 0x4000
+_TTL = 64
+_PROTO_UDP = 17
+_HEADERS = struct.Struct("!6s6sH BBHHHBBH4s4s HHHH")
+_IP_WORDS = struct.Struct("!10H")
+
+
+class MalformedFrame(ValueError):
+    """A frame for the FORGIVE port whose Ethernet, IPv4 or UDP headers do not add up."""
+
+
+def mac_bytes(text: str) -> bytes:
+    """Parse 'aa:bb:cc:dd:ee:ff' into 6 bytes, with one clear error for anything else."""
+    parts = text.split(":")
+    if len(parts) != 6 or not all(len(p) == 2 for p in parts):
+        raise ValueError(f"not a MAC address: {text!r}")
+    try:
+        return bytes(int(p, 16) for p in parts)
+    except ValueError:
+        raise ValueError(f"not a MAC address: {text!r}") from None
+
+
+def mac_text(mac: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in mac)
+
+
+def ip_bytes(text: str) -> bytes:
+    try:
+        return ipaddress.IPv4Address(text).packed
+    except ValueError:
+        raise ValueError(f"not an IPv4 address: {text!r}") from None
+
+
+def ip_text(ip: bytes) -> str:
+    return str(ipaddress.IPv4Address(ip))
+
+
+def _fold(total: int) -> int:
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
+
+
+def ipv4_checksum(header: bytes, offset: int = 0) -> int:
+    """The ones'-complement checksum of the 20-byte IPv4 header at `offset` (0 when it is valid)."""
+    return ~_fold(sum(_IP_WORDS.unpack_from(header, offset))) & 0xFFFF
+
+
+@dataclass(slots=True)
+class _Template:
+    dst_mac: bytes
+    dst_ip: bytes
+    tos: int
+    partial_sum: int
+    """Sum of every IPv4 header word except total length and checksum."""
+
+
+class FrameBuilder:
+    """Builds the 42 header bytes in front of an FTH packet for one source host."""
+
+    def __init__(self, src_mac: bytes, src_ip: bytes) -> None:
+        self.src_mac = src_mac
+        self.src_ip = src_ip
+        self._templates: dict[tuple[bytes, bytes, int], _Template] = {}
+
+    def _template(self, dst_mac: bytes, dst_ip: bytes, tos: int) -> _Template:
+        key = (dst_mac, dst_ip, tos)
+        tpl = self._templates.get(key)
+        if tpl is None:
+            words = (
+                (0x45 << 8) | tos,
+                0,  # identification
+                _IP_DONT_FRAGMENT,
+                (_TTL << 8) | _PROTO_UDP,
+                *struct.unpack("!2H", self.src_ip),
+                *struct.unpack("!2H", dst_ip),
+            )
+            tpl = _Template(dst_mac, dst_ip, tos, sum(words))
+            self._templates[key] = tpl
+        return tpl
+
+    def headers(
+        self, dst_mac: bytes, dst_ip: bytes, dscp: int, ecn: int, sport: int, fth_len: int
+    ) -> bytes:
+        """Ethernet + IPv4 + UDP headers for an FTH packet of `fth_len` bytes."""
+        tpl = self._template(dst_mac, dst_ip, (dscp << 2) | ecn)
+        total = IPV4_LEN + UDP_LEN + fth_len
+        checksum = ~_fold(tpl.partial_sum + total) & 0xFFFF
+        return _HEADERS.pack(
+            dst_mac,
+            self.src_mac,
+            ETH_P_IP,
+            0x45,
+            tpl.tos,
+            total,
+            0,
+            _IP_DONT_FRAGMENT,
+            _TTL,
+            _PROTO_UDP,
+            checksum,
+            self.src_ip,
+            dst_ip,
+            sport,
+            FORGIVE_UDP_PORT,
+            UDP_LEN + fth_len,
+            0,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """What the agent keeps of an arriving frame's outer headers."""
+
+    src_mac: bytes
+    src_ip: bytes
+    dst_ip: bytes
+    dscp: int
+    ce: bool
+    sport: int
+    fth: memoryview
+    """The FTH and its payload, cut to the length IPv4 and UDP declare (Ethernet padding dropped)."""
+
+
+def parse(frame: bytes) -> Arrival | None:
+    """Split a received frame; None for traffic that is not FORGIVE's, MalformedFrame for broken FORGIVE frames.
+
+    A frame is FORGIVE's when it is unfragmented IPv4 carrying UDP to port
+    17991. Anything else on the link (ARP, IPv6, other UDP) is simply not ours.
+    """
+    if len(frame) < ETH_LEN + IPV4_LEN or frame[12:14] != b"\x08\x00":
+        return None
+    if frame[23] != _PROTO_UDP:
+        return None
+    # FORGIVE packets carry no IPv4 options (shared/protocol.md section 1).
+    if frame[14] != 0x45 or len(frame) < HEADERS_LEN:
+        return None
+    if (frame[20] << 8 | frame[21]) & 0x3FFF:
+        return None  # a fragment
+    if frame[36] << 8 | frame[37] != FORGIVE_UDP_PORT:
+        return None
+    total = frame[16] << 8 | frame[17]
+    if total > len(frame) - ETH_LEN or total < IPV4_LEN + UDP_LEN:
+        raise MalformedFrame(f"IPv4 total length {total} against a {len(frame)}-byte frame")
+    if ipv4_checksum(frame, ETH_LEN):
+        raise MalformedFrame("IPv4 header checksum mismatch")
+    udp_len = frame[38] << 8 | frame[39]
+    if udp_len != total - IPV4_LEN:
+        raise MalformedFrame(f"UDP length {udp_len}, IPv4 says {total - IPV4_LEN}")
+    tos = frame[15]
+    return Arrival(
+        src_mac=frame[6:12],
+        src_ip=frame[26:30],
+        dst_ip=frame[30:34],
+        dscp=tos >> 2,
+        ce=(tos & 3) == ECN_CE,
+        sport=frame[34] << 8 | frame[35],
+        fth=memoryview(frame)[HEADERS_LEN : ETH_LEN + total],
+    )
+
+
+ARP_REQUEST = 1
+ARP_REPLY = 2
+BROADCAST_MAC = b"\xff" * 6
+_ARP = struct.Struct("!6s6sH HHBBH6s4s6s4s")
+
+
+@dataclass(frozen=True, slots=True)
+class ArpMessage:
+    op: int
+    sender_mac: bytes
+    sender_ip: bytes
+    target_ip: bytes
+
+
+def arp_frame(
+    op: int, src_mac: bytes, src_ip: bytes, dst_mac: bytes, target_mac: bytes, target_ip: bytes
+) -> bytes:
+    """An Ethernet/IPv4 ARP request or reply (padded to the 60-byte Ethernet minimum)."""
+    body = _ARP.pack(
+        dst_mac, src_mac, ETH_P_ARP, 1, ETH_P_IP, 6, 4, op, src_mac, src_ip, target_mac, target_ip
+    )
+    return body + bytes(60 - len(body))
+
+
+def parse_arp(frame: bytes) -> ArpMessage | None:
+    """The fields of an Ethernet/IPv4 ARP frame, or None for any other frame."""
+    if len(frame) < _ARP.size or frame[12:14] != b"\x08\x06":
+        return None
+    _, _, _, htype, ptype, hlen, plen, op, smac, sip, _, tip = _ARP.unpack_from(frame)
+    if (htype, ptype, hlen, plen) != (1, ETH_P_IP, 6, 4) or op not in (ARP_REQUEST, ARP_REPLY):
+        return None
+    return ArpMessage(op, smac, sip, tip)
