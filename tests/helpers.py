@@ -17,11 +17,11 @@ def trim(flow: int, seq: int, length: int, total: int) -> bytes:
     return data(flow, seq, length, total, trimmed=True)
 
 
-def ack(flow: int, rcv_nxt: int, lo: int, length: int, flags: Flag = Flag(0)) -> bytes:
+def ack(flow: int, rcv_nxt: int, lo: int, length: int, flags: int = 0) -> bytes:
     return Fth(Opcode.ACK, flags, length, flow, rcv_nxt, lo).encode()
 
 
-def nack(flow: int, lo: int, length: int, rcv_nxt: int, flags: Flag = Flag(0)) -> bytes:
+def nack(flow: int, lo: int, length: int, rcv_nxt: int, flags: int = 0) -> bytes:
     return Fth(Opcode.NACK, flags, length, flow, lo, rcv_nxt).encode()
 
 
