@@ -42,7 +42,7 @@ from host_agent.frames import (
     parse,
     parse_arp,
 )
-from host_agent.link import RawLink, interface_ipv4
+from host_agent.link import RawLink, hold_udp_port, interface_ipv4
 from host_agent.policies import Policy, is_shed, parse_policy
 from host_agent.stats import StatsLog, bound_violation
 from host_agent.wire import FTH_LEN, Dscp, Flag, MalformedPacket, Opcode
@@ -56,6 +56,8 @@ TRAFFIC_CLASSES: dict[str, Dscp] = {
 RECV_BATCH = 256
 """Frames taken per wake-up before the sender gets another turn."""
 ARP_RETRY = 0.05
+UNRESOLVED_QUEUE = 256
+"""DATA packets held per destination while ARP resolves it (later ones are dropped)."""
 _SPORT_BASE = 0xC000
 
 Listener = Callable[[dict[str, Any], bytes | None], None]
@@ -135,6 +137,7 @@ class HostAgent:
             raise ValueError(f"interface {config.iface!r} has no IPv4 address; pass one")
         self.ip = ip_bytes(ip)
         self.link = RawLink(config.iface)
+        self._port_holder = hold_udp_port(ip)
         self.builder = FrameBuilder(self.link.mac, self.ip)
         p_low, p_high = self.policy.receiver_probabilities
         self.rx = ForgiveReceiver(
@@ -161,6 +164,7 @@ class HostAgent:
         self._gateway = mac_bytes(config.gateway_mac) if config.gateway_mac else None
         self._arp: dict[bytes, bytes] = {}
         self._arp_asked: dict[bytes, float] = {}
+        self._unresolved: dict[bytes, list[tuple[int, int, bytes]]] = {}
         self._tx_flows: dict[int, _TxFlow] = {}
         self._rx_flows: dict[int, _RxFlow] = {}
         self._steps: dict[int, _StepInfo] = {}
@@ -258,7 +262,10 @@ class HostAgent:
                 flow.forget_when_done = True
 
     def step_state(self, step: int) -> dict[str, Any]:
-        return dict(self.rx.step_state(step))
+        state = self.rx.step_state(step)
+        if state is None:
+            raise ValueError(f"step {step} was never begun")
+        return state
 
     # ----- loop plumbing ---------------------------------------------------------------
 
@@ -298,9 +305,12 @@ class HostAgent:
             **dict(self.counters),
             link_tx_errors=self.link.tx_errors,
             core_rx=dict(self.rx.stats),
+            core_tx=dict(self.tx.stats),
         )
         self.log.close()
         self.link.close()
+        if self._port_holder is not None:
+            self._port_holder.close()
 
     def _run_timers(self, now: float) -> None:
         timers = self._timers
@@ -332,11 +342,11 @@ class HostAgent:
             if flow is None:
                 self.counters["tx_unknown_flow"] += 1
                 continue
+            sport = _SPORT_BASE | rng.getrandbits(14) if spray else flow.sport
             mac = self._next_hop(flow.dst_ip, now)
             if mac is None:
-                self.counters["tx_unresolved"] += 1
+                self._hold(flow.dst_ip, flow.dscp, sport, pkt)
                 continue
-            sport = _SPORT_BASE | rng.getrandbits(14) if spray else flow.sport
             send(headers(mac, flow.dst_ip, flow.dscp, ECN_ECT0, sport, len(pkt)), pkt)
         self.counters["tx_data"] += len(packets)
         self._drain_sender_completions(now)
@@ -349,6 +359,18 @@ class HostAgent:
                 arp_frame(ARP_REQUEST, self.link.mac, self.ip, BROADCAST_MAC, bytes(6), ip), b""
             )
         return mac
+
+    def _hold(self, ip: bytes, dscp: int, sport: int, pkt: bytes) -> None:
+        """Keep a packet until ARP resolves its destination, up to a bound; beyond it, drop."""
+        queue = self._unresolved.setdefault(ip, [])
+        if len(queue) < UNRESOLVED_QUEUE:
+            queue.append((dscp, sport, pkt))
+        else:
+            self.counters["tx_unresolved_drops"] += 1
+
+    def _release(self, ip: bytes, mac: bytes) -> None:
+        for dscp, sport, pkt in self._unresolved.pop(ip, ()):
+            self.link.send(self.builder.headers(mac, ip, dscp, ECN_ECT0, sport, len(pkt)), pkt)
 
     # ----- receiving ---------------------------------------------------------------------
 
@@ -383,7 +405,6 @@ class HostAgent:
                             arrival.src_ip,
                             Dscp.CONTROL,
                             ECN_NOT_ECT,
-                            FrameBuilder,
                             arrival.sport,
                             len(reply),
                         ),
@@ -410,6 +431,8 @@ class HostAgent:
             return
         if msg.sender_ip != bytes(4):
             self._arp[msg.sender_ip] = msg.sender_mac
+            if msg.sender_ip in self._unresolved:
+                self._release(msg.sender_ip, msg.sender_mac)
         if msg.op == ARP_REQUEST and msg.target_ip == self.ip:
             self.link.send(
                 arp_frame(
@@ -487,7 +510,9 @@ class HostAgent:
     def _check_step(self, step: int, where: str) -> dict[str, Any]:
         """Recheck the note's bound for `step` from the core's state; count and shout on failure."""
         state = self.rx.step_state(step)
-        problem = bound_violation(state)
+        if state is None:
+            return {}
+        problem = bound_violation(state, self.policy.vesting)
         if problem:
             self.counters["bound_violations"] += 1
             message = f"BOUND VIOLATION at {where}, step {step}: {problem}"

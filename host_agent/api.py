@@ -165,7 +165,11 @@ class ApiServer:
             elif op == "step_state":
                 extra = {"state": agent.step_state(int(request["step"]))}
             elif op == "stats":
-                extra = {"counters": dict(agent.counters), "core_rx": dict(agent.rx.stats)}
+                extra = {
+                    "counters": dict(agent.counters),
+                    "core_rx": dict(agent.rx.stats),
+                    "core_tx": dict(agent.tx.stats),
+                }
             else:
                 raise ValueError(f"unknown op {op!r}")
         except KeyError as exc:

@@ -59,6 +59,24 @@ def interface_ipv4(iface: str) -> str | None:
     return socket.inet_ntoa(raw[20:24])
 
 
+def hold_udp_port(ip: str) -> socket.socket | None:
+    """Bind the FORGIVE port in the kernel so it does not answer our traffic with ICMP errors.
+
+    The kernel sees every frame the raw socket sees; without a bound socket it
+    would send a port-unreachable for each. Nothing reads this socket: its
+    small buffer fills and the kernel then discards quietly. None when the
+    kernel does not own `ip` (then it never delivers our packets locally).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+        sock.bind((ip, FORGIVE_UDP_PORT))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
 class RawLink:
     """Frames in and out of one interface; send failures are counted, never raised."""
 

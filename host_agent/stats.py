@@ -17,11 +17,13 @@ _RELATIVE_SLACK = 1e-9
 """Float rounding allowance when comparing forgiven * (1 - p) against p * received."""
 
 
-def bound_violation(state: Mapping[str, Any]) -> str | None:
+def bound_violation(state: Mapping[str, Any], vesting: bool = True) -> str | None:
     """Describe how a step state breaks `forgiven <= budget` or `forgiven <= p/(1-p) * received`.
 
     The second form is checked as `forgiven * (1 - p) <= p * received`, which
     needs no division and stays meaningful at p = 0 (nothing may be forgiven).
+    It is the vesting rule's bound, so a policy without vesting (the note's
+    full-budget comparison) is held to the budget alone.
     """
     p = float(state["p"])
     forgiven = int(state["forgiven"])
@@ -32,7 +34,7 @@ def bound_violation(state: Mapping[str, Any]) -> str | None:
         problems.append(f"forgiven {forgiven} > budget {budget}")
     lhs = forgiven * (1.0 - p)
     rhs = p * received
-    if forgiven and lhs > rhs + _RELATIVE_SLACK * max(1.0, rhs):
+    if vesting and forgiven and lhs > rhs + _RELATIVE_SLACK * max(1.0, rhs):
         problems.append(f"forgiven {forgiven} > p/(1-p)*received with p={p}, received={received}")
     return "; ".join(problems) or None
 

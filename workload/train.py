@@ -219,12 +219,18 @@ class Trainer:
             for m in plan.gradient_recvs
             if self.recv_done[m.flow].get("shed")
         )
+        shed_sent = sum(
+            self.send_done[m.flow].get("bytes") or 0
+            for m in plan.gradient_sends
+            if self.send_done[m.flow].get("shed")
+        )
         retx = sum(
             self.send_done[m.flow].get("retransmitted_bytes", 0) for m in plan.gradient_sends
         )
         self.totals["expected"] += plan.expected_gradient_bytes
         self.totals["forgiven"] += state["forgiven"]
         self.totals["shed"] += shed
+        self.totals["shed_sent"] += shed_sent
         self.totals["retransmitted"] += retx
         self._record(
             "train_step",
@@ -261,6 +267,7 @@ class Trainer:
             grad_expected=expected,
             grad_forgiven=self.totals["forgiven"],
             grad_shed=self.totals["shed"],
+            grad_shed_sent=self.totals["shed_sent"],
             grad_retransmitted=self.totals["retransmitted"],
             lost_fraction=(self.totals["forgiven"] + self.totals["shed"]) / max(expected, 1),
             content_errors=self.totals["content_errors"],
