@@ -167,6 +167,7 @@ class ApiServer:
             elif op == "stats":
                 extra = {
                     "counters": dict(agent.counters),
+                    "socket_drops": agent.link.kernel_drops(),
                     "core_rx": dict(agent.rx.stats),
                     "core_tx": dict(agent.tx.stats),
                 }

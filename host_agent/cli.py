@@ -23,9 +23,9 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
         "--line-rate", type=float, default=10e9, help="DCQCN line rate in bit/s (default 10e9)"
     )
     parser.add_argument(
-        "--rto", type=float, default=0.002, help="initial retransmission timeout, s"
+        "--rto", type=float, default=0.005, help="initial retransmission timeout, s"
     )
-    parser.add_argument("--rto-max", type=float, default=0.1, help="largest backed-off RTO, s")
+    parser.add_argument("--rto-max", type=float, default=0.2, help="largest backed-off RTO, s")
     parser.add_argument(
         "--no-spray",
         action="store_true",
@@ -40,6 +40,11 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--gateway-mac", help="next-hop MAC for every non-static destination")
     parser.add_argument("--stats", default="-", help="JSON-lines statistics file ('-': stdout)")
+    parser.add_argument(
+        "--no-payload",
+        action="store_true",
+        help="keep no received bytes (flows cannot be delivered; saves memory and copies)",
+    )
 
 
 def config_from(args: argparse.Namespace) -> AgentConfig:
@@ -62,6 +67,7 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         neighbors=neighbors,
         gateway_mac=args.gateway_mac,
         stats_path=args.stats,
+        keep_payload=not args.no_payload,
     )
     config.validate()
     return config

@@ -30,7 +30,6 @@ ECN_CE = 3
 _IP_DONT_FRAGMENT = 0x4000
 _TTL = 64
 _PROTO_UDP = 17
-_HEADERS = struct.Struct("!6s6sH BBHHHBBH4s4s HHHH")
 _IP_WORDS = struct.Struct("!10H")
 
 
@@ -75,68 +74,62 @@ def ipv4_checksum(header: bytes, offset: int = 0) -> int:
     return ~_fold(sum(_IP_WORDS.unpack_from(header, offset))) & 0xFFFF
 
 
-@dataclass(slots=True)
-class _Template:
-    dst_mac: bytes
-    dst_ip: bytes
-    tos: int
-    partial_sum: int
-    """Sum of every IPv4 header word except total length and checksum."""
+_ETH_IP = struct.Struct("!6s6sH BBHHHBBH4s4s")
+_UDP = struct.Struct("!HHHH")
+_PREFIX_CACHE = 4096
+"""Distinct (destination, class, length) prefixes kept; bulk flows need a handful."""
 
 
 class FrameBuilder:
-    """Builds the 42 header bytes in front of an FTH packet for one source host."""
+    """Builds the 42 header bytes in front of an FTH packet for one source host.
+
+    Ethernet and IPv4 depend only on the destination, the TOS byte and the
+    length, so they are cached; the UDP header (whose source port may change
+    per packet) is packed fresh. Its checksum is 0, so the port never touches
+    the IPv4 checksum.
+    """
 
     def __init__(self, src_mac: bytes, src_ip: bytes) -> None:
         self.src_mac = src_mac
         self.src_ip = src_ip
-        self._templates: dict[tuple[bytes, bytes, int], _Template] = {}
+        self._prefixes: dict[tuple[bytes, bytes, int, int], bytes] = {}
 
-    def _template(self, dst_mac: bytes, dst_ip: bytes, tos: int) -> _Template:
-        key = (dst_mac, dst_ip, tos)
-        tpl = self._templates.get(key)
-        if tpl is None:
-            words = (
-                (0x45 << 8) | tos,
-                0,  # identification
-                _IP_DONT_FRAGMENT,
-                (_TTL << 8) | _PROTO_UDP,
-                *struct.unpack("!2H", self.src_ip),
-                *struct.unpack("!2H", dst_ip),
-            )
-            tpl = _Template(dst_mac, dst_ip, tos, sum(words))
-            self._templates[key] = tpl
-        return tpl
-
-    def headers(
-        self, dst_mac: bytes, dst_ip: bytes, dscp: int, ecn: int, sport: int, fth_len: int
-    ) -> bytes:
-        """Ethernet + IPv4 + UDP headers for an FTH packet of `fth_len` bytes."""
-        tpl = self._template(dst_mac, dst_ip, (dscp << 2) | ecn)
-        total = IPV4_LEN + UDP_LEN + fth_len
-        checksum = ~_fold(tpl.partial_sum + total) & 0xFFFF
-        return _HEADERS.pack(
+    def _prefix(self, dst_mac: bytes, dst_ip: bytes, tos: int, total: int) -> bytes:
+        header = _ETH_IP.pack(
             dst_mac,
             self.src_mac,
             ETH_P_IP,
             0x45,
-            tpl.tos,
+            tos,
             total,
             0,
             _IP_DONT_FRAGMENT,
             _TTL,
             _PROTO_UDP,
-            checksum,
+            0,
             self.src_ip,
             dst_ip,
-            sport,
-            FORGIVE_UDP_PORT,
-            UDP_LEN + fth_len,
-            0,
         )
+        checksum = ipv4_checksum(header, ETH_LEN)
+        prefix = header[:24] + checksum.to_bytes(2, "big") + header[26:]
+        if len(self._prefixes) >= _PREFIX_CACHE:
+            self._prefixes.clear()
+        self._prefixes[(dst_mac, dst_ip, tos, total)] = prefix
+        return prefix
+
+    def headers(
+        self, dst_mac: bytes, dst_ip: bytes, dscp: int, ecn: int, sport: int, fth_len: int
+    ) -> bytes:
+        """Ethernet + IPv4 + UDP headers for an FTH packet of `fth_len` bytes."""
+        tos = (dscp << 2) | ecn
+        total = IPV4_LEN + UDP_LEN + fth_len
+        prefix = self._prefixes.get((dst_mac, dst_ip, tos, total))
+        if prefix is None:
+            prefix = self._prefix(dst_mac, dst_ip, tos, total)
+        return prefix + _UDP.pack(sport, FORGIVE_UDP_PORT, UDP_LEN + fth_len, 0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Arrival:
     """What the agent keeps of an arriving frame's outer headers."""
 

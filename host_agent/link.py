@@ -22,6 +22,7 @@ SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
+PACKET_STATISTICS = 6
 SIOCGIFADDR = 0x8915
 BUFFER_BYTES = 64 << 20
 RECV_BYTES = 65536
@@ -100,6 +101,7 @@ class RawLink:
         self.sock.setblocking(False)
         self.mac: bytes = self.sock.getsockname()[4]
         self.tx_errors = 0
+        self._kernel_drops = 0
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -122,6 +124,15 @@ class RawLink:
             # A full device queue loses the frame exactly as a congested link would;
             # the transport above recovers it.
             self.tx_errors += 1
+
+    def kernel_drops(self) -> int:
+        """Frames the kernel dropped because the socket's receive buffer was full.
+
+        Each read resets the kernel's counters, so this keeps the running sum.
+        """
+        _, drops = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+        self._kernel_drops += drops
+        return self._kernel_drops
 
     def close(self) -> None:
         self.sock.close()

@@ -75,8 +75,6 @@ class Lab:
             sh("ip", "link", "set", tmp, "netns", ns)
             self.run(ns, "ip", "link", "set", tmp, "name", name)
             self.run(ns, "ip", "link", "set", name, "mtu", str(MTU), "up")
-            # Offloads would hand the raw socket frames larger than the MTU.
-            self.run(ns, "ethtool", "-K", name, "tso", "off", "gso", "off", "gro", "off")
 
     def add_host(self, name: str) -> Host:
         host = Host(name, self.namespace(name), "eth0", f"10.77.0.{len(self.hosts) + 1}")
