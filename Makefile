@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
-.PHONY: setup test lint format bench clean
+.PHONY: setup test lint format bench bench-agent clean
 
 setup: $(STAMP_PIP)
 
@@ -42,6 +42,10 @@ format: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_core.py
+
+# Agent goodput on a veth pair against raw sockets and iperf3 (root: namespaces).
+bench-agent: setup
+	$(BIN)/python benchmarks/bench_agent.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

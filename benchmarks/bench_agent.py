@@ -135,6 +135,12 @@ def measure_agent(
         for proc in lab.procs[-2:]:
             proc.terminate()
             proc.wait(timeout=10)
+    summary = [
+        json.loads(line)
+        for line in (lab.workdir / f"{tag}-{b.name}.jsonl").read_text().splitlines()
+        if '"agent"' in line
+    ]
+    event["receiver_socket_drops"] = summary[-1]["socket_drops"] if summary else None
     return size * 8 / event["duration"], event
 
 
@@ -169,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"agent, line rate {fraction:4.2f} x ceiling"
                 f"{', payload kept' if keep else ''}: {goodput / 1e9:6.2f} Gbit/s"
                 f"  ({goodput / raw:5.1%} of raw, {goodput / tcp:5.1%} of TCP;"
-                f" retransmitted {event['retransmitted_bytes']} B, RTOs {event['rtos']})"
+                f" retransmitted {event['retransmitted_bytes']} B, RTOs {event['rtos']},"
+                f" receiver socket drops {event['receiver_socket_drops']})"
             )
             if i == len(runs) - 1 and not keep:
                 runs.append((best_fraction, True))
