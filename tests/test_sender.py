@@ -222,14 +222,18 @@ def test_rate_never_falls_below_min_rate():
     assert r.current == 1 * GBPS
 
 
-def test_time_scale_stretches_periods_and_shrinks_rate_steps():
+def test_time_scale_stretches_periods_and_rate_steps_follow_the_line_rate():
     p = DcqcnParams(line_rate_bps=40e6, time_scale=1000.0)
+    assert p.rate(p.rate_ai_bps) == pytest.approx(40e3)  # 1/1000 of the line, as 40M of 40G
+    assert p.byte_count(10_000_000) == 10_000_000  # 1/1000 of the rate for 1000x the time
     r = DcqcnRate(p, now=0.0)
     r.reduce(0.0)
     assert r.rate_at(55e-6 * 999) == pytest.approx(20e6)  # no timer event yet
     assert r.rate_at(55e-3 + 1e-9) == pytest.approx(30e6)
     assert p.cnp_interval == pytest.approx(50e-3)
     assert not r.reduce(49e-3) and r.reduce(51e-3)
+    slow_link = DcqcnParams(line_rate_bps=40e6)
+    assert slow_link.byte_count(10_000_000) == 10_000
 
 
 def test_params_validation():
