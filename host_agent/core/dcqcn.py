@@ -5,12 +5,15 @@ for Large-Scale RDMA Deployments", SIGCOMM 2015: g = 1/256, alpha and rate
 timers of 55 us, a 10 MB byte counter, F = 5 fast-recovery steps, 40 Mbps
 additive increase, CNPs at most every 50 us per flow). The hyper-increase step
 is ten times the additive one, the ratio of QCN's defaults (IEEE 802.1Qau:
-5 and 50 Mbps). All of them describe a 40 Gbps NIC.
+5 and 50 Mbps). All of them describe a 40 Gbps NIC (`reference_rate_bps`).
 
-`time_scale` stretches time so that an emulation running `time_scale` times
-slower than the fabric it stands for keeps the same dynamics: every period is
-multiplied by it and every rate step divided by it, while byte quantities stay
-as they are.
+Two scalings keep the dynamics when the link is not that NIC. Rate-valued
+constants (additive and hyper increase, minimum rate) are fractions of the
+reference rate and are applied as the same fractions of `line_rate_bps`.
+`time_scale` says how many times slower the emulation's clock runs than the
+fabric it stands for: every period is multiplied by it, and the byte counter
+is the bytes the link would send in its period-equivalent, so it scales with
+both the rate ratio and `time_scale`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 class DcqcnParams:
     line_rate_bps: float
     time_scale: float = 1.0
+    reference_rate_bps: float = 40e9
     g: float = 1 / 256
     alpha_init: float = 1.0
     alpha_period: float = 55e-6
@@ -41,15 +45,20 @@ class DcqcnParams:
             raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
         if not 0 < self.g < 1:
             raise ValueError(f"g must lie in (0, 1), got {self.g}")
-        if self.min_rate_bps / self.time_scale > self.line_rate_bps:
-            raise ValueError("min_rate_bps (scaled) exceeds line_rate_bps")
+        if self.min_rate_bps > self.reference_rate_bps:
+            raise ValueError("min_rate_bps exceeds reference_rate_bps")
 
     # Scaled views: what the reaction point actually uses.
     def period(self, seconds: float) -> float:
         return seconds * self.time_scale
 
     def rate(self, bps: float) -> float:
-        return bps / self.time_scale
+        return bps * self.line_rate_bps / self.reference_rate_bps
+
+    def byte_count(self, nbytes: float) -> int:
+        return max(
+            1, round(nbytes * self.line_rate_bps / self.reference_rate_bps * self.time_scale)
+        )
 
     @property
     def cnp_interval(self) -> float:
@@ -65,6 +74,7 @@ class DcqcnRate:
         "_ai",
         "_alpha_period",
         "_alpha_t",
+        "_byte_counter",
         "_bytes_since",
         "_hai",
         "_inc_period",
@@ -91,6 +101,7 @@ class DcqcnRate:
         self._alpha_period = params.period(params.alpha_period)
         self._inc_period = params.period(params.rate_increase_period)
         self._reduce_period = params.period(params.rate_reduce_period)
+        self._byte_counter = params.byte_count(params.byte_counter)
         self.current = self._line
         self.target = self._line
         self.alpha = params.alpha_init
@@ -136,8 +147,8 @@ class DcqcnRate:
         """The byte counter: every `byte_counter` bytes sent is one rate-increase event."""
         self._replay_timers(now)
         self._bytes_since += nbytes
-        while self._bytes_since >= self.params.byte_counter:
-            self._bytes_since -= self.params.byte_counter
+        while self._bytes_since >= self._byte_counter:
+            self._bytes_since -= self._byte_counter
             self.byte_stage += 1
             self._increase()
 
