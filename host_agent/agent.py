@@ -227,7 +227,7 @@ class HostAgent:
             raise ValueError(f"flow {flow_id} is already registered")
         gradient = traffic_class == "gradient"
         if gradient and self._shed(step, flow_id):
-            self._step_totals(step)["shed_bytes"] += size or 0
+            self._step_totals(step)["rx_shed_bytes"] += size or 0
             self.call_later(0.0, lambda: self._emit_shed("recv_done", flow_id, step, size))
             return
         self._rx_flows[flow_id] = _RxFlow(step, traffic_class, deliver, time.monotonic())
@@ -248,7 +248,7 @@ class HostAgent:
         if not data:
             raise ValueError("a flow carries at least one byte")
         if traffic_class == "gradient" and step is not None and self._shed(step, flow_id):
-            self._step_totals(step)["shed_bytes"] += len(data)
+            self._step_totals(step)["tx_shed_bytes"] += len(data)
             self.call_later(0.0, lambda: self._emit_shed("send_done", flow_id, step, len(data)))
             return
         now = time.monotonic()
@@ -259,7 +259,13 @@ class HostAgent:
         self.tx.open_flow(flow_id, len(data), now=now, data=data)
 
     def complete_step(self, step: int) -> None:
-        """Close a step's loss budget (the note's OnAllReduceComplete) and log its totals."""
+        """Close a step's loss budget (the note's OnAllReduceComplete) and log its totals.
+
+        The record holds the core's gradient accounting for the step (p,
+        budget, expected, received, forgiven, outstanding) beside totals over
+        every flow of the step this host finished so far: `rx_*` for flows it
+        received (all classes), `tx_*` for flows it sent (shed ones included).
+        """
         if step not in self._steps:
             raise ValueError(f"step {step} was never begun")
         self.rx.complete_step(step)
@@ -506,7 +512,7 @@ class HostAgent:
             state = dict(self.rx.flow_state(flow_id))
             totals = self._step_totals(flow.step)
             for key in ("received_bytes", "forgiven_bytes", "trims", "ce_marks", "cnps_sent"):
-                totals[key] += state.get(key, 0)
+                totals[f"rx_{key}"] += state.get(key, 0)
             event = {
                 "event": "recv_done",
                 "flow": flow_id,
@@ -535,7 +541,7 @@ class HostAgent:
             if flow.step is not None:
                 totals = self._step_totals(flow.step)
                 for key in ("retransmitted_bytes", "cnps", "nacks", "rtos", "mode_changes"):
-                    totals[key] += state.get(key, 0)
+                    totals[f"tx_{key}"] += state.get(key, 0)
             event = {
                 "event": "send_done",
                 "flow": flow_id,

@@ -11,11 +11,14 @@ from workload.plan import (
     gradient_messages,
     plan_step,
     ring_chunk,
+    synthetic_norms,
 )
+from workload.train import classify, make_detector
 
 
 def config(n, rank=0, **kw):
-    return TrainingConfig(ranks=tuple(f"10.0.0.{i + 1}" for i in range(n)), rank=rank, **kw)
+    kw.setdefault("ranks", tuple(f"10.0.0.{i + 1}" for i in range(n)))
+    return TrainingConfig(rank=rank, **kw)
 
 
 @given(n=st.integers(2, 16), phase_rank=st.data())
@@ -75,8 +78,20 @@ def test_expected_gradient_bytes_is_two_rounds_of_chunks():
         {"burst_step": 99},
         {"burst_step": 1, "burst_src": 1, "burst_dst": 1},
         {"compute_s": -1.0},
+        {"ranks": ("10.0.0.1", "10.0.0.1", "10.0.0.3")},
+        {"ranks": ("10.0.0.1", "host-b", "10.0.0.3")},
     ],
 )
 def test_bad_training_configs_are_rejected(kw):
     with pytest.raises(ValueError):
         config(3, **kw).validate()
+
+
+@pytest.mark.parametrize("detector", ["static", "accordion"])
+def test_detectors_mark_early_and_final_steps_critical(detector):
+    cfg = config(4, steps=20, detector=detector)
+    det = make_detector(cfg)
+    norms = synthetic_norms(cfg)
+    critical = {step for step in range(1, 21) if classify(det, norms, step)}
+    assert {1, 2, 3, 20} <= critical
+    assert not critical & set(range(6, 18))

@@ -7,10 +7,11 @@ that is how a receiver registers a flow before its first byte arrives.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from enum import IntEnum
+
+from host_agent.frames import ip_bytes
 
 MAX_STEPS = 1 << 12
 MAX_RANKS = 1 << 7
@@ -62,6 +63,10 @@ class TrainingConfig:
 
     def validate(self) -> None:
         n = len(self.ranks)
+        for address in self.ranks:
+            ip_bytes(address)
+        if len(set(self.ranks)) != n:
+            raise ValueError("every rank needs its own address")
         if not 2 <= n <= MAX_RANKS:
             raise ValueError(f"need 2..{MAX_RANKS} ranks, got {n}")
         if not 0 <= self.rank < n:
@@ -236,15 +241,18 @@ def message_bytes(cfg: TrainingConfig, msg: Message) -> bytes:
 
 
 def synthetic_norms(cfg: TrainingConfig) -> list[float]:
-    """Gradient norms for steps 1..steps: a fast early fall, a plateau and a late bump.
+    """Gradient norms for steps 1..steps: a steep early fall, a plateau, a late disturbance.
 
     They stand in for what a real model would report, so Accordion's criterion
-    has something to read; every rank derives the same list from the seed.
+    has something to read; every rank derives the same list from the seed. The
+    fall makes the first steps critical; the jump two steps before the end (as
+    a learning-rate change would cause) makes the last two critical again.
     """
     rng = random.Random(f"norms:{cfg.seed}")
     out = []
     for step in range(1, cfg.steps + 1):
-        decay = 10.0 * math.exp(-step / 1.5)
-        bump = 2.0 if step == cfg.steps else 0.0
-        out.append(1.0 + decay + bump + rng.uniform(-0.05, 0.05))
+        norm = 1.0 + 30.0 * 0.35**step
+        if step == cfg.steps - 2:
+            norm *= 2.5
+        out.append(norm * rng.uniform(0.98, 1.02))
     return out

@@ -47,6 +47,11 @@ def make_detector(cfg: TrainingConfig) -> CriticalRegimeDetector:
     return StaticSchedule(steps=cfg.steps)
 
 
+def classify(detector: CriticalRegimeDetector, norms: list[float], step: int) -> bool:
+    """Classify `step` before its gradients flow, from the norm of the step before it."""
+    return bool(detector.classify(step, norms[step - 2] if step >= 2 else None))
+
+
 def gradient_mismatch(payload: bytes, expected: bytes) -> tuple[int, int]:
     """(bytes that differ, of those the ones that are not zero-filled), compared block-wise."""
     differ = nonzero = 0
@@ -168,8 +173,7 @@ class Trainer:
         self._when(barrier.barrier_recvs, [], lambda: self._start_step(1))
 
     def _classify_and_begin(self, step: int) -> None:
-        norm = self.norms[step - 2] if step >= 2 else None
-        critical = bool(self.detector.classify(step, norm))
+        critical = classify(self.detector, self.norms, step)
         self.critical[step] = critical
         self.agent.begin_step(step, critical, self._plan(step).expected_gradient_bytes)
         self._register(step)
