@@ -31,22 +31,18 @@ from typing import Any
 from host_agent.acks import AckCoalescer
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
 from host_agent.frames import (
-    ARP_REPLY,
-    ARP_REQUEST,
-    BROADCAST_MAC,
     ECN_ECT0,
     ECN_NOT_ECT,
     Arrival,
     FrameBuilder,
     MalformedFrame,
-    arp_frame,
     ip_bytes,
     ip_text,
     mac_bytes,
     parse,
-    parse_arp,
 )
 from host_agent.link import RawLink, hold_udp_port, interface_ipv4
+from host_agent.neighbors import Held, Neighbors
 from host_agent.policies import Policy, is_shed, parse_policy
 from host_agent.stats import StatsLog, bound_violation
 from host_agent.wire import FTH_LEN, Dscp, Flag, MalformedPacket, Opcode
@@ -67,9 +63,6 @@ SPIN_BELOW = 30e-6
 _DATA = int(Opcode.DATA)
 _TRIMMED = int(Flag.TRIMMED)
 _CONTROL = int(Dscp.CONTROL)
-ARP_RETRY = 0.05
-UNRESOLVED_QUEUE = 256
-"""DATA packets held per destination while ARP resolves it (later ones are dropped)."""
 _SPORT_BASE = 0xC000
 PR_SET_TIMERSLACK = 29
 
@@ -178,11 +171,14 @@ class HostAgent:
         self.listeners: list[Listener] = [listener] if listener else []
         self.log = StatsLog(config.stats_path, ip)
         self.counters: Counter = Counter()
-        self._static = {ip_bytes(k): mac_bytes(v) for k, v in config.neighbors.items()}
-        self._gateway = mac_bytes(config.gateway_mac) if config.gateway_mac else None
-        self._arp: dict[bytes, bytes] = {}
-        self._arp_asked: dict[bytes, float] = {}
-        self._unresolved: dict[bytes, list[tuple[int, int, bytes]]] = {}
+        self.neighbors = Neighbors(
+            self.link.mac,
+            self.ip,
+            lambda frame: self.link.send(frame, b""),
+            self._release,
+            {ip_bytes(k): mac_bytes(v) for k, v in config.neighbors.items()},
+            mac_bytes(config.gateway_mac) if config.gateway_mac else None,
+        )
         self._tx_flows: dict[int, _TxFlow] = {}
         self._rx_flows: dict[int, _RxFlow] = {}
         self._steps: dict[int, _StepInfo] = {}
@@ -192,7 +188,6 @@ class HostAgent:
         self._fds = list(self._readers)
         self._acks = AckCoalescer()
         self._sport_rng = random.Random(config.seed ^ int.from_bytes(self.ip, "big"))
-        self._stopping = False
 
     # ----- the host-local interface -------------------------------------------------
 
@@ -311,16 +306,12 @@ class HostAgent:
         self._readers.pop(fd, None)
         self._fds = list(self._readers)
 
-    def stop(self) -> None:
-        self._stopping = True
-
     def run(self, until: Callable[[], bool] | None = None) -> None:
-        """Serve frames, timers and readers until `stop()` or until `until()` turns true."""
+        """Serve frames, timers and readers until `until()` turns true (forever without it)."""
         _tighten_timer_slack()
-        self._stopping = False
         acks = self._acks
         timers = self._timers
-        while not self._stopping and not (until and until()):
+        while not (until and until()):
             now = time.monotonic()
             if timers and timers[0][0] <= now:
                 self._run_timers(now)
@@ -343,6 +334,7 @@ class HostAgent:
             **dict(self.counters),
             acks_coalesced=self._acks.coalesced,
             link_tx_errors=self.link.tx_errors,
+            unresolved_drops=self.neighbors.dropped,
             socket_drops=self.link.kernel_drops(),
             core_rx=dict(self.rx.stats),
             core_tx=dict(self.tx.stats),
@@ -386,34 +378,18 @@ class HostAgent:
             sport = _SPORT_BASE | rng.getrandbits(14) if spray else flow.sport
             mac = flow.mac or self._next_hop(flow, now)
             if mac is None:
-                self._hold(flow.dst_ip, flow.dscp, sport, pkt)
+                self.neighbors.hold(flow.dst_ip, (flow.dscp, sport, pkt))
                 continue
             send(headers(mac, flow.dst_ip, flow.dscp, ECN_ECT0, sport, len(pkt)), pkt)
         self.counters["tx_data"] += len(packets)
         self._drain_sender_completions(now)
 
     def _next_hop(self, flow: _TxFlow, now: float) -> bytes | None:
-        """Resolve a flow's next-hop MAC once; ask ARP (rate-limited) while it is unknown."""
-        ip = flow.dst_ip
-        mac = self._static.get(ip) or self._gateway or self._arp.get(ip)
-        flow.mac = mac
-        if mac is None and now - self._arp_asked.get(ip, -1.0) >= ARP_RETRY:
-            self._arp_asked[ip] = now
-            self.link.send(
-                arp_frame(ARP_REQUEST, self.link.mac, self.ip, BROADCAST_MAC, bytes(6), ip), b""
-            )
-        return mac
+        flow.mac = self.neighbors.resolve(flow.dst_ip, now)
+        return flow.mac
 
-    def _hold(self, ip: bytes, dscp: int, sport: int, pkt: bytes) -> None:
-        """Keep a packet until ARP resolves its destination, up to a bound; beyond it, drop."""
-        queue = self._unresolved.setdefault(ip, [])
-        if len(queue) < UNRESOLVED_QUEUE:
-            queue.append((dscp, sport, pkt))
-        else:
-            self.counters["tx_unresolved_drops"] += 1
-
-    def _release(self, ip: bytes, mac: bytes) -> None:
-        for dscp, sport, pkt in self._unresolved.pop(ip, ()):
+    def _release(self, ip: bytes, mac: bytes, packets: list[Held]) -> None:
+        for dscp, sport, pkt in packets:
             self.link.send(self.builder.headers(mac, ip, dscp, ECN_ECT0, sport, len(pkt)), pkt)
 
     # ----- receiving ---------------------------------------------------------------------
@@ -447,7 +423,8 @@ class HostAgent:
                 self._note_malformed(exc)
                 continue
             if arrival is None:
-                self._on_arp(frame)
+                if not self.neighbors.on_arp(frame):
+                    counters["ignored_frames"] += 1
                 continue
             if arrival.dst_ip != self.ip:
                 counters["not_for_us"] += 1
@@ -479,23 +456,6 @@ class HostAgent:
         send = self.link.send
         for reply, to in replies:
             send(headers(to.src_mac, to.src_ip, _CONTROL, ECN_NOT_ECT, to.sport, len(reply)), reply)
-
-    def _on_arp(self, frame: bytes) -> None:
-        msg = parse_arp(frame)
-        if msg is None:
-            self.counters["ignored_frames"] += 1
-            return
-        if msg.sender_ip != bytes(4):
-            self._arp[msg.sender_ip] = msg.sender_mac
-            if msg.sender_ip in self._unresolved:
-                self._release(msg.sender_ip, msg.sender_mac)
-        if msg.op == ARP_REQUEST and msg.target_ip == self.ip:
-            self.link.send(
-                arp_frame(
-                    ARP_REPLY, self.link.mac, self.ip, msg.sender_mac, msg.sender_mac, msg.sender_ip
-                ),
-                b"",
-            )
 
     def _note_malformed(self, exc: Exception) -> None:
         if self.counters["malformed_logged"] < 10:

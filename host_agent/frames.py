@@ -48,10 +48,6 @@ def mac_bytes(text: str) -> bytes:
         raise ValueError(f"not a MAC address: {text!r}") from None
 
 
-def mac_text(mac: bytes) -> str:
-    return ":".join(f"{b:02x}" for b in mac)
-
-
 def ip_bytes(text: str) -> bytes:
     try:
         return ipaddress.IPv4Address(text).packed
