@@ -186,6 +186,7 @@ class HostAgent:
         self._timer_seq = itertools.count()
         self._readers: dict[int, Callable[[], None]] = {self.link.fileno(): self._on_frames}
         self._fds = list(self._readers)
+        self._writers: dict[int, Callable[[], None]] = {}
         self._acks = AckCoalescer()
         self._sport_rng = random.Random(config.seed ^ int.from_bytes(self.ip, "big"))
 
@@ -306,6 +307,13 @@ class HostAgent:
         self._readers.pop(fd, None)
         self._fds = list(self._readers)
 
+    def add_writer(self, fd: int, fn: Callable[[], None]) -> None:
+        """Call `fn` whenever `fd` can take more bytes, until `remove_writer`."""
+        self._writers[fd] = fn
+
+    def remove_writer(self, fd: int) -> None:
+        self._writers.pop(fd, None)
+
     def run(self, until: Callable[[], bool] | None = None) -> None:
         """Serve frames, timers and readers until `until()` turns true (forever without it)."""
         _tighten_timer_slack()
@@ -321,11 +329,15 @@ class HostAgent:
             timeout = self._timeout(time.monotonic())
             if timeout < SPIN_BELOW:
                 timeout = 0.0
-            ready, _, _ = select.select(self._fds, [], [], timeout)
+            ready, writable, _ = select.select(self._fds, list(self._writers), [], timeout)
             for fd in ready:
                 reader = self._readers.get(fd)
                 if reader is not None:
                     reader()
+            for fd in writable:
+                writer = self._writers.get(fd)
+                if writer is not None:
+                    writer()
 
     def close(self) -> None:
         self.log.write(

@@ -33,13 +33,16 @@ from typing import Any, BinaryIO
 
 from host_agent.agent import HostAgent
 
-CLIENT_SEND_TIMEOUT = 5.0
+CLIENT_BACKLOG = 1 << 30
+"""Bytes of unread events a client may accumulate before it is dropped."""
 
 
 @dataclass
 class _Client:
     conn: socket.socket
     buf: bytearray = field(default_factory=bytearray)
+    out: bytearray = field(default_factory=bytearray)
+    """Events and replies not yet taken by the client; written as it reads."""
     pending: dict[str, Any] | None = None
     """A `send` request whose payload bytes have not all arrived yet."""
 
@@ -73,15 +76,18 @@ class ApiServer:
             conn, _ = self.sock.accept()
         except BlockingIOError:
             return
-        conn.settimeout(CLIENT_SEND_TIMEOUT)
+        conn.setblocking(False)
         client = _Client(conn)
         self.clients[conn.fileno()] = client
         self.agent.add_reader(conn.fileno(), lambda: self._read(client))
 
     def _drop(self, client: _Client) -> None:
         fd = client.conn.fileno()
+        if fd < 0:
+            return
         self.clients.pop(fd, None)
         self.agent.remove_reader(fd)
+        self.agent.remove_writer(fd)
         client.conn.close()
 
     def _read(self, client: _Client) -> None:
@@ -196,11 +202,28 @@ class ApiServer:
             self._write(client, data)
 
     def _write(self, client: _Client, data: bytes) -> None:
-        try:
-            client.conn.sendall(data)
-        except OSError:
-            # A client that stops reading for seconds is gone; the agent keeps serving others.
+        """Queue bytes for a client without ever blocking the agent's loop on it."""
+        if client.out:
+            client.out += data
+        else:
+            client.out = bytearray(data)
+            self._flush(client)
+            if client.out:
+                self.agent.add_writer(client.conn.fileno(), lambda: self._flush(client))
+        if len(client.out) > CLIENT_BACKLOG:
             self._drop(client)
+
+    def _flush(self, client: _Client) -> None:
+        try:
+            sent = client.conn.send(client.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop(client)
+            return
+        del client.out[:sent]
+        if not client.out:
+            self.agent.remove_writer(client.conn.fileno())
 
 
 class AgentClient:

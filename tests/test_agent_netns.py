@@ -97,6 +97,22 @@ def test_pair_delivers_every_byte_both_ways(lab):
         assert stats["core_rx"]["unknown_flow"] == 0
 
 
+def test_an_unread_api_client_does_not_stall_the_agent(lab):
+    a, b = lab.pair()
+    rx, tx = start_agent(lab, a), start_agent(lab, b)
+    flows = {f: random.Random(f).randbytes(1_000_000) for f in (1, 2, 3)}
+    for flow in flows:
+        ok(rx.call("register_flow", flow=flow, step=0, traffic_class="other", deliver=True))
+    for flow, data in flows.items():
+        ok(tx.call("send", data, dst=a.ip, flow=flow, traffic_class="other"))
+    # Nobody reads rx's deliveries (3 MB, far beyond a socket buffer) while b's flows
+    # need rx's agent to keep acknowledging.
+    for flow in flows:
+        tx.wait_event(lambda e, f=flow: e["event"] == "send_done" and e["flow"] == f, timeout=3)
+    for flow, data in flows.items():
+        assert done(rx, "recv_done", flow)[1] == data
+
+
 INJECT = r"""
 import socket, sys
 from host_agent.frames import FrameBuilder, mac_bytes, ip_bytes

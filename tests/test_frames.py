@@ -1,7 +1,7 @@
 """Framing at the agent's edge, checked against scapy's independent encoder and parser."""
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
@@ -35,6 +35,7 @@ def build(body: bytes, dscp=10, ecn=ECN_ECT0, sport=50000) -> bytes:
     return builder.headers(DST_MAC, DST_IP, dscp, ecn, sport, len(body)) + body
 
 
+@settings(deadline=None)
 @given(
     dscp=st.sampled_from([0, 10, 18, 20, 48]),
     ecn=st.sampled_from([0, ECN_ECT0, ECN_CE]),

@@ -1,7 +1,7 @@
 """The workload's schedule: every rank must derive the same flows for its peers."""
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workload.plan import (
@@ -21,6 +21,7 @@ def config(n, rank=0, **kw):
     return TrainingConfig(rank=rank, **kw)
 
 
+@settings(deadline=None)
 @given(n=st.integers(2, 16), phase_rank=st.data())
 def test_ring_forwards_what_it_received(n, phase_rank):
     rank = phase_rank.draw(st.integers(0, n - 1))
@@ -28,6 +29,7 @@ def test_ring_forwards_what_it_received(n, phase_rank):
     assert ring_chunk(rank, phase, n) == ring_chunk((rank - 1) % n, phase - 1, n)
 
 
+@settings(deadline=None)
 @given(n=st.integers(2, 16))
 def test_ring_reduces_every_chunk_and_gathers_it_everywhere(n):
     # after reduce-scatter rank r holds the full chunk (r + 1) % n; all-gather sends it round
