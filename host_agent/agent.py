@@ -81,7 +81,9 @@ class AgentConfig:
     rto: float = 0.005
     """Initial retransmission timeout: a few scheduler hiccups of a busy host, not one RTT."""
     rto_max: float = 0.2
-    cnp_interval: float = 50e-6
+    time_scale: float = 1.0
+    """How many times slower than the fabric it stands for the emulation runs (DCQCN's
+    periods, and so the receiver's CNP interval, stretch by it)."""
     spray: bool = True
     """Per-packet UDP source ports (path entropy); False keeps one per flow."""
     neighbors: dict[str, str] = field(default_factory=dict)
@@ -105,6 +107,8 @@ class AgentConfig:
             raise ValueError("line rate must be positive")
         if not 0 < self.rto <= self.rto_max:
             raise ValueError("need 0 < rto <= rto_max")
+        if self.time_scale <= 0:
+            raise ValueError("time scale must be positive")
 
 
 @dataclass(slots=True)
@@ -150,6 +154,7 @@ class HostAgent:
         self._port_holder = hold_udp_port(ip)
         self.builder = FrameBuilder(self.link.mac, self.ip)
         p_low, p_high = self.policy.receiver_probabilities
+        dcqcn = DcqcnParams(line_rate_bps=config.line_rate_bps, time_scale=config.time_scale)
         self.rx = ForgiveReceiver(
             ReceiverPolicy(
                 p_low=p_low,
@@ -158,12 +163,12 @@ class HostAgent:
                 seed=config.seed,
                 vesting=self.policy.vesting,
                 exemption=self.policy.exemption,
-                cnp_interval=config.cnp_interval,
+                cnp_interval=dcqcn.cnp_interval,
                 keep_payload=config.keep_payload,
             )
         )
         self.tx = ForgiveSender(
-            DcqcnParams(line_rate_bps=config.line_rate_bps, time_scale=1.0),
+            dcqcn,
             seed=config.seed,
             rto=config.rto,
             rto_max=config.rto_max,

@@ -23,6 +23,12 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
         "--line-rate", type=float, default=10e9, help="DCQCN line rate in bit/s (default 10e9)"
     )
     parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="emulation slowdown against the modelled fabric; stretches DCQCN's timers (1)",
+    )
+    parser.add_argument(
         "--rto", type=float, default=0.005, help="initial retransmission timeout, s"
     )
     parser.add_argument("--rto-max", type=float, default=0.2, help="largest backed-off RTO, s")
@@ -61,6 +67,7 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         policy=parse_policy(args.policy),
         seed=args.seed,
         line_rate_bps=args.line_rate,
+        time_scale=args.time_scale,
         rto=args.rto,
         rto_max=args.rto_max,
         spray=not args.no_spray,

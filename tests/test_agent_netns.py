@@ -325,15 +325,27 @@ def test_shedding_sender_and_receiver_agree(lab):
     assert all(r["grad_forgiven"] == 0 for r in final)
 
 
-@pytest.mark.parametrize("program", ["host_agent.cli", "workload.train"])
-def test_unknown_policy_is_rejected_before_anything_starts(program, tmp_path):
-    args = ["--iface", "lo", "--policy", "bogus", "--api", str(tmp_path / "s")]
+@pytest.mark.parametrize(
+    ("program", "bad", "message"),
+    [
+        ("host_agent.cli", ["--policy", "bogus"], "unknown policy 'bogus'"),
+        ("workload.train", ["--policy", "bogus"], "unknown policy 'bogus'"),
+        ("host_agent.cli", ["--neighbor", "10.0.0.2"], "expected IP=MAC"),
+        ("host_agent.cli", ["--gateway-mac", "02:00"], "not a MAC address"),
+        ("host_agent.cli", ["--rto", "0.5", "--rto-max", "0.1"], "rto"),
+        ("workload.train", ["--ranks", "10.0.0.1,10.0.0.1"], "own address"),
+        ("workload.train", ["--detector", "oracle"], "unknown detector"),
+        ("host_agent.cli", ["--iface", "nosuch0", "--ip", "10.0.0.1"], "no interface named"),
+    ],
+)
+def test_bad_configuration_is_one_line_before_anything_starts(program, bad, message, tmp_path):
+    args = ["--iface", "lo", "--api", str(tmp_path / "s")]
     if program == "workload.train":
-        args = ["--iface", "lo", "--policy", "bogus", "--ranks", "10.0.0.1,10.0.0.2", "--rank", "0"]
+        args = ["--iface", "lo", "--ranks", "10.0.0.1,10.0.0.2", "--rank", "0"]
     result = subprocess.run(
-        [sys.executable, "-m", program, *args], capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", program, *args, *bad], capture_output=True, text=True, timeout=30
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "unknown policy 'bogus'" in lines[0]
+    assert len(lines) == 1 and message in lines[0]
     assert not (tmp_path / "s").exists()
