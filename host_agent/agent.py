@@ -33,6 +33,8 @@ from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, Receive
 from host_agent.frames import (
     ECN_ECT0,
     ECN_NOT_ECT,
+    IPV4_LEN,
+    UDP_LEN,
     Arrival,
     FrameBuilder,
     MalformedFrame,
@@ -41,11 +43,11 @@ from host_agent.frames import (
     mac_bytes,
     parse,
 )
-from host_agent.link import RawLink, hold_udp_port, interface_ipv4
+from host_agent.link import RawLink, hold_udp_port, interface_ipv4, interface_mtu
 from host_agent.neighbors import Held, Neighbors
 from host_agent.policies import Policy, is_shed, parse_policy
 from host_agent.stats import StatsLog, bound_violation
-from host_agent.wire import FTH_LEN, Dscp, Flag, MalformedPacket, Opcode
+from host_agent.wire import FTH_LEN, PACKET_BYTES, Dscp, Flag, MalformedPacket, Opcode
 
 TRAFFIC_CLASSES: dict[str, Dscp] = {
     "gradient": Dscp.GRADIENT,
@@ -57,6 +59,8 @@ RECV_BATCH = 32
 MAX_BATCHES = 64
 """Batches of RECV_BATCH frames per wake-up, so a flood cannot starve the sender for long."""
 IDLE_WAIT = 0.5
+MIN_MTU = IPV4_LEN + UDP_LEN + FTH_LEN + PACKET_BYTES
+"""IPv4 bytes of a full DATA packet (4140): the smallest MTU that carries one unfragmented."""
 SPIN_BELOW = 30e-6
 """Deadlines closer than this are polled for, not slept on: a sleep and wake-up costs more."""
 """Longest sleep with nothing scheduled; bounds how late a stop request is noticed."""
@@ -150,6 +154,11 @@ class HostAgent:
         if ip is None:
             raise ValueError(f"interface {config.iface!r} has no IPv4 address; pass one")
         self.ip = ip_bytes(ip)
+        mtu = interface_mtu(config.iface)
+        if mtu is not None and mtu < MIN_MTU:
+            raise ValueError(
+                f"interface {config.iface!r} has MTU {mtu}; full DATA packets need {MIN_MTU} (use 9000)"
+            )
         self.link = RawLink(config.iface)
         self._port_holder = hold_udp_port(ip)
         self.builder = FrameBuilder(self.link.mac, self.ip)

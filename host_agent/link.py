@@ -13,6 +13,7 @@ import errno
 import fcntl
 import socket
 import struct
+from pathlib import Path
 
 from host_agent.wire import FORGIVE_UDP_PORT
 
@@ -48,6 +49,13 @@ def _attach_filter(sock: socket.socket) -> None:
     buf = ctypes.create_string_buffer(code, len(code))
     prog = struct.pack("HL", len(_FILTER), ctypes.addressof(buf))
     sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, prog)
+
+
+def interface_mtu(iface: str) -> int | None:
+    try:
+        return int(Path(f"/sys/class/net/{iface}/mtu").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def interface_ipv4(iface: str) -> str | None:

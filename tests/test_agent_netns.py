@@ -97,6 +97,22 @@ def test_pair_delivers_every_byte_both_ways(lab):
         assert stats["core_rx"]["unknown_flow"] == 0
 
 
+def test_an_interface_with_a_small_mtu_is_refused(lab):
+    a, _ = lab.pair()
+    lab.run(a.ns, "ip", "link", "set", a.iface, "mtu", "1500")
+    agent = [sys.executable, "-m", "host_agent.cli", "--iface", a.iface, "--api", "/dev/null"]
+    result = subprocess.run(
+        ["ip", "netns", "exec", a.ns, *agent],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"forgive-agent: interface '{a.iface}' has MTU 1500; full DATA packets need 4140 (use 9000)"
+    )
+
+
 def test_an_unread_api_client_does_not_stall_the_agent(lab):
     a, b = lab.pair()
     rx, tx = start_agent(lab, a), start_agent(lab, b)
