@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import socket
+import stat
 import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -47,14 +48,33 @@ class _Client:
     """A `send` request whose payload bytes have not all arrived yet."""
 
 
+def check_api_path(path: str) -> None:
+    """Raise OSError unless a socket can be created at `path` without destroying a file."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"--api {path}: no directory {parent}")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise FileExistsError(f"--api {path} exists and is not a socket")
+
+
+def _remove_stale_socket(path: str) -> None:
+    """Remove a socket left at `path` by an earlier agent; refuse to touch anything else."""
+    check_api_path(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
 class ApiServer:
     """Serves the local API for one agent from inside the agent's own event loop."""
 
     def __init__(self, agent: HostAgent, path: str) -> None:
         self.agent = agent
         self.path = path
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        _remove_stale_socket(path)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
         self.sock.listen(8)
@@ -68,8 +88,7 @@ class ApiServer:
             self._drop(client)
         self.agent.remove_reader(self.sock.fileno())
         self.sock.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+        _remove_stale_socket(self.path)
 
     def _accept(self) -> None:
         try:

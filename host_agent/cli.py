@@ -7,7 +7,7 @@ import signal
 import sys
 
 from host_agent.agent import AgentConfig, HostAgent
-from host_agent.api import ApiServer
+from host_agent.api import ApiServer, check_api_path
 from host_agent.policies import POLICY_NAMES, parse_policy
 
 
@@ -92,20 +92,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_from(args)
+        check_api_path(args.api)
         agent = HostAgent(config)
     except (ValueError, OSError) as exc:
         print(f"forgive-agent: {exc}", file=sys.stderr)
         return 2
     exit_on_signals()
-    server = None
+    server = ApiServer(agent, args.api)
     try:
-        server = ApiServer(agent, args.api)
         agent.run()
     except KeyboardInterrupt:
         pass
     finally:
-        if server is not None:
-            server.close()
+        server.close()
         agent.close()
     return 0
 

@@ -100,7 +100,15 @@ def test_pair_delivers_every_byte_both_ways(lab):
 def test_an_interface_with_a_small_mtu_is_refused(lab):
     a, _ = lab.pair()
     lab.run(a.ns, "ip", "link", "set", a.iface, "mtu", "1500")
-    agent = [sys.executable, "-m", "host_agent.cli", "--iface", a.iface, "--api", "/dev/null"]
+    agent = [
+        sys.executable,
+        "-m",
+        "host_agent.cli",
+        "--iface",
+        a.iface,
+        "--api",
+        str(lab.workdir / "s"),
+    ]
     result = subprocess.run(
         ["ip", "netns", "exec", a.ns, *agent],
         capture_output=True,
@@ -352,6 +360,8 @@ def test_shedding_sender_and_receiver_agree(lab):
         ("workload.train", ["--ranks", "10.0.0.1,10.0.0.1"], "own address"),
         ("workload.train", ["--detector", "oracle"], "unknown detector"),
         ("host_agent.cli", ["--iface", "nosuch0", "--ip", "10.0.0.1"], "no interface named"),
+        ("host_agent.cli", ["--api", __file__], "exists and is not a socket"),
+        ("host_agent.cli", ["--api", "/nonexistent/dir/s"], "no directory"),
     ],
 )
 def test_bad_configuration_is_one_line_before_anything_starts(program, bad, message, tmp_path):
