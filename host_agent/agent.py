@@ -23,7 +23,7 @@ import random
 import select
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,11 +59,11 @@ RECV_BATCH = 32
 MAX_BATCHES = 64
 """Batches of RECV_BATCH frames per wake-up, so a flood cannot starve the sender for long."""
 IDLE_WAIT = 0.5
-MIN_MTU = IPV4_LEN + UDP_LEN + FTH_LEN + PACKET_BYTES
-"""IPv4 bytes of a full DATA packet (4140): the smallest MTU that carries one unfragmented."""
+"""Longest sleep with nothing scheduled; bounds how late `run`'s `until` is noticed."""
 SPIN_BELOW = 30e-6
 """Deadlines closer than this are polled for, not slept on: a sleep and wake-up costs more."""
-"""Longest sleep with nothing scheduled; bounds how late a stop request is noticed."""
+MIN_MTU = IPV4_LEN + UDP_LEN + FTH_LEN + PACKET_BYTES
+"""IPv4 bytes of a full DATA packet (4140): the smallest MTU that carries one unfragmented."""
 _DATA = int(Opcode.DATA)
 _TRIMMED = int(Flag.TRIMMED)
 _CONTROL = int(Dscp.CONTROL)
@@ -140,7 +140,6 @@ class _RxFlow:
 class _StepInfo:
     critical: bool
     expected: int
-    totals: Counter = field(default_factory=Counter)
 
 
 class HostAgent:
@@ -196,6 +195,8 @@ class HostAgent:
         self._tx_flows: dict[int, _TxFlow] = {}
         self._rx_flows: dict[int, _RxFlow] = {}
         self._steps: dict[int, _StepInfo] = {}
+        self._totals: defaultdict[int, Counter] = defaultdict(Counter)
+        """Per step, sums over the flows of that step this host finished (for the step record)."""
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
         self._readers: dict[int, Callable[[], None]] = {self.link.fileno(): self._on_frames}
@@ -237,11 +238,11 @@ class HostAgent:
             raise ValueError(f"flow {flow_id} is already registered")
         gradient = traffic_class == "gradient"
         if gradient and self._shed(step, flow_id):
-            self._step_totals(step)["rx_shed_bytes"] += size or 0
+            self._totals[step]["rx_shed_bytes"] += size or 0
             self.call_later(0.0, lambda: self._emit_shed("recv_done", flow_id, step, size))
             return
-        self._rx_flows[flow_id] = _RxFlow(step, traffic_class, deliver, time.monotonic())
         self.rx.register_flow(flow_id, step=step, gradient=gradient)
+        self._rx_flows[flow_id] = _RxFlow(step, traffic_class, deliver, time.monotonic())
 
     def send(
         self,
@@ -258,15 +259,16 @@ class HostAgent:
         if not data:
             raise ValueError("a flow carries at least one byte")
         if traffic_class == "gradient" and step is not None and self._shed(step, flow_id):
-            self._step_totals(step)["tx_shed_bytes"] += len(data)
+            self._totals[step]["tx_shed_bytes"] += len(data)
             self.call_later(0.0, lambda: self._emit_shed("send_done", flow_id, step, len(data)))
             return
         now = time.monotonic()
+        dst_ip = ip_bytes(dst)
+        self.tx.open_flow(flow_id, len(data), now=now, data=data)
         sport = _SPORT_BASE | ((flow_id * 2654435761) >> 7) & 0x3FFF
         self._tx_flows[flow_id] = _TxFlow(
-            ip_bytes(dst), TRAFFIC_CLASSES[traffic_class], sport, step, len(data), now
+            dst_ip, TRAFFIC_CLASSES[traffic_class], sport, step, len(data), now
         )
-        self.tx.open_flow(flow_id, len(data), now=now, data=data)
 
     def complete_step(self, step: int) -> None:
         """Close a step's loss budget (the note's OnAllReduceComplete) and log its totals.
@@ -282,7 +284,7 @@ class HostAgent:
         state = self._check_step(step, "complete_step")
         info = self._steps[step]
         self.log.write(
-            "step", step=step, critical=info.critical, **dict(state), **dict(info.totals)
+            "step", step=step, critical=info.critical, **dict(state), **dict(self._totals[step])
         )
 
     def forget_step(self, step: int) -> None:
@@ -408,7 +410,6 @@ class HostAgent:
                 continue
             send(headers(mac, flow.dst_ip, flow.dscp, ECN_ECT0, sport, len(pkt)), pkt)
         self.counters["tx_data"] += len(packets)
-        self._drain_sender_completions(now)
 
     def _next_hop(self, flow: _TxFlow, now: float) -> bytes | None:
         flow.mac = self.neighbors.resolve(flow.dst_ip, now)
@@ -496,7 +497,7 @@ class HostAgent:
             if flow is None:
                 continue
             state = dict(self.rx.flow_state(flow_id))
-            totals = self._step_totals(flow.step)
+            totals = self._totals[flow.step]
             for key in ("received_bytes", "forgiven_bytes", "trims", "ce_marks", "cnps_sent"):
                 totals[f"rx_{key}"] += state.get(key, 0)
             event = {
@@ -525,7 +526,7 @@ class HostAgent:
             state = dict(self.tx.flow_state(flow_id))
             self.tx.close_flow(flow_id)
             if flow.step is not None:
-                totals = self._step_totals(flow.step)
+                totals = self._totals[flow.step]
                 for key in ("retransmitted_bytes", "cnps", "nacks", "rtos", "mode_changes"):
                     totals[f"tx_{key}"] += state.get(key, 0)
             event = {
@@ -561,12 +562,6 @@ class HostAgent:
             print(f"forgive-agent: {message}", file=sys.stderr)
             self.log.write("bound_violation", step=step, where=where, problem=problem)
         return state
-
-    def _step_totals(self, step: int) -> Counter:
-        info = self._steps.get(step)
-        if info is None:
-            info = self._steps[step] = _StepInfo(False, 0)
-        return info.totals
 
     def _shed(self, step: int, flow_id: int) -> bool:
         if not self.policy.shed:
