@@ -97,6 +97,61 @@ def test_pair_delivers_every_byte_both_ways(lab):
         assert stats["core_rx"]["unknown_flow"] == 0
 
 
+def test_frames_on_the_wire_carry_class_ecn_and_path_entropy(lab):
+    """Captured by tcpdump and read by scapy, independently of the agent's own parser."""
+    pytest.importorskip("scapy")
+    from scapy.layers.inet import IP, UDP
+    from scapy.utils import rdpcap
+
+    from host_agent.scapy_layer import FTH
+
+    if shutil.which("tcpdump") is None:
+        pytest.skip("tcpdump is not installed")
+    a, b = lab.pair()
+    pcap = lab.workdir / "a.pcap"
+    dump = lab.spawn(
+        a.ns,
+        "tcpdump",
+        "-i",
+        a.iface,
+        "--immediate-mode",
+        "-U",
+        "-w",
+        str(pcap),
+        "udp",
+        log="tcpdump.log",
+    )
+    deadline = time.monotonic() + 10
+    while "listening on" not in lab.log("tcpdump.log") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    slow = ("--line-rate", "2e8")  # so that tcpdump sees every frame of a busy machine
+    spraying, steady = start_agent(lab, a, *slow), start_agent(lab, b, "--no-spray", *slow)
+    ok(steady.call("begin_step", step=1, critical=False, expected_gradient_bytes=100_000))
+    ok(steady.call("register_flow", flow=1, step=1, traffic_class="gradient"))
+    ok(spraying.call("register_flow", flow=2, step=1, traffic_class="pipeline-parallel"))
+    ok(spraying.call("send", bytes(100_000), dst=b.ip, flow=1, traffic_class="gradient", step=1))
+    ok(steady.call("send", bytes(100_000), dst=a.ip, flow=2, traffic_class="pipeline-parallel"))
+    done(spraying, "send_done", 1)
+    done(steady, "send_done", 2)
+    time.sleep(0.3)
+    dump.terminate()
+    dump.wait(timeout=10)
+    packets = [p for p in rdpcap(str(pcap)) if FTH in p]
+    data = {1: [], 2: []}
+    for p in packets:
+        assert p[UDP].chksum == 0
+        if p[FTH].opcode == 0:
+            data[p[FTH].flow_id].append(p)
+        else:
+            assert p[IP].tos == 48 << 2, "ACK/NACK/CNP travel as DSCP 48, not ECN-capable"
+    assert len(data[1]) >= 25 and len(data[2]) >= 25
+    assert all(p[IP].tos == (10 << 2) | 2 for p in data[1]), "gradient: DSCP 10, ECT(0)"
+    assert all(p[IP].tos == (20 << 2) | 2 for p in data[2]), "pipeline: DSCP 20, ECT(0)"
+    assert len({p[UDP].sport for p in data[1]}) > len(data[1]) // 2, "spraying varies the port"
+    assert len({p[UDP].sport for p in data[2]}) == 1, "without spraying one port per flow"
+    assert max(len(p) for p in data[1]) == 14 + 20 + 8 + 16 + 4096
+
+
 def test_an_interface_with_a_small_mtu_is_refused(lab):
     a, _ = lab.pair()
     lab.run(a.ns, "ip", "link", "set", a.iface, "mtu", "1500")
