@@ -131,7 +131,7 @@ class _RxFlow:
     step: int
     traffic_class: str
     deliver: bool
-    registered: float
+    first_arrival: float | None = None
     completed: bool = False
     forget_when_done: bool = False
 
@@ -195,8 +195,8 @@ class HostAgent:
         self._tx_flows: dict[int, _TxFlow] = {}
         self._rx_flows: dict[int, _RxFlow] = {}
         self._steps: dict[int, _StepInfo] = {}
-        self._totals: defaultdict[int, Counter] = defaultdict(Counter)
-        """Per step, sums over the flows of that step this host finished (for the step record)."""
+        self._totals: defaultdict[int | None, Counter] = defaultdict(Counter)
+        """Per step (None: flows sent without one), sums over the flows this host finished."""
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
         self._readers: dict[int, Callable[[], None]] = {self.link.fileno(): self._on_frames}
@@ -242,7 +242,7 @@ class HostAgent:
             self.call_later(0.0, lambda: self._emit_shed("recv_done", flow_id, step, size))
             return
         self.rx.register_flow(flow_id, step=step, gradient=gradient)
-        self._rx_flows[flow_id] = _RxFlow(step, traffic_class, deliver, time.monotonic())
+        self._rx_flows[flow_id] = _RxFlow(step, traffic_class, deliver)
 
     def send(
         self,
@@ -356,10 +356,12 @@ class HostAgent:
                     writer()
 
     def close(self) -> None:
+        """Write the run's summary record (counters and totals over every finished flow)."""
         self.log.write(
             "agent",
             policy=self.policy.name,
             **dict(self.counters),
+            **dict(sum(self._totals.values(), Counter())),
             acks_coalesced=self._acks.coalesced,
             link_tx_errors=self.link.tx_errors,
             unresolved_drops=self.neighbors.dropped,
@@ -410,6 +412,7 @@ class HostAgent:
                 continue
             send(headers(mac, flow.dst_ip, flow.dscp, ECN_ECT0, sport, len(pkt)), pkt)
         self.counters["tx_data"] += len(packets)
+        self.counters["tx_data_bytes"] += sum(len(pkt) for pkt in packets) - FTH_LEN * len(packets)
 
     def _next_hop(self, flow: _TxFlow, now: float) -> bytes | None:
         flow.mac = self.neighbors.resolve(flow.dst_ip, now)
@@ -465,10 +468,13 @@ class HostAgent:
                 total = int.from_bytes(fth[12:16], "big")
                 for reply in self.rx.receive(fth, arrival.ce, now):
                     self._send_replies(offer(reply, arrival, now, total))
-                if fth[1] & _TRIMMED:
-                    flow = rx_flows.get(int.from_bytes(fth[4:8], "big"))
-                    if flow is not None and flow.traffic_class == "gradient":
-                        self._check_step(flow.step, "trim")
+                flow = rx_flows.get(int.from_bytes(fth[4:8], "big"))
+                if flow is None:
+                    continue
+                if flow.first_arrival is None:
+                    flow.first_arrival = now
+                if fth[1] & _TRIMMED and flow.traffic_class == "gradient":
+                    self._check_step(flow.step, "trim")
             else:
                 counters["rx_control"] += 1
                 try:
@@ -505,7 +511,7 @@ class HostAgent:
                 "flow": flow_id,
                 "step": flow.step,
                 "traffic_class": flow.traffic_class,
-                "duration": now - flow.registered,
+                "duration": now - (flow.first_arrival or now),
                 **{k: state[k] for k in _RECV_FIELDS if k in state},
             }
             if flow.traffic_class == "gradient":
@@ -525,10 +531,9 @@ class HostAgent:
                 continue
             state = dict(self.tx.flow_state(flow_id))
             self.tx.close_flow(flow_id)
-            if flow.step is not None:
-                totals = self._totals[flow.step]
-                for key in ("retransmitted_bytes", "cnps", "nacks", "rtos", "mode_changes"):
-                    totals[f"tx_{key}"] += state.get(key, 0)
+            totals = self._totals[flow.step]
+            for key in ("retransmitted_bytes", "cnps", "nacks", "rtos", "mode_changes"):
+                totals[f"tx_{key}"] += state.get(key, 0)
             event = {
                 "event": "send_done",
                 "flow": flow_id,
@@ -572,16 +577,28 @@ class HostAgent:
         return is_shed(self.policy, self.config.seed, step, flow_id, info.critical)
 
 
-_RECV_FIELDS = ("total", "received_bytes", "forgiven_bytes", "trims", "ce_marks", "cnps_sent")
+_RECV_FIELDS = (
+    "total",
+    "received_bytes",
+    "forgiven_bytes",
+    "trims",
+    "ce_marks",
+    "cnps_sent",
+    "exemption_eligible",
+)
 _SEND_FIELDS = (
     "acked_bytes",
+    "sent_bytes",
     "retransmitted_bytes",
     "cc_mode",
     "rate_bps",
     "cnps",
+    "cnps_ignored",
     "nacks",
     "rtos",
+    "rate_cuts",
     "mode_changes",
+    "exempt_time",
 )
 
 

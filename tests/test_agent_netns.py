@@ -388,6 +388,7 @@ def test_workload_forgives_only_gradients_within_the_bound(lab):
         True,
     ]
     for s in steps:
+        assert s["bound_held"] and s["grad_forgiven"] <= s["grad_budget"]
         assert s["grad_received"] + s["grad_forgiven"] == s["grad_expected"]
         assert s["grad_forgiven"] * (1 - s["p"]) <= s["p"] * s["grad_received"]
     assert sum(s["grad_forgiven"] for s in steps if not s["critical"]) > 0

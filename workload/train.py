@@ -26,6 +26,7 @@ from typing import IO, Any
 from host_agent.agent import HostAgent
 from host_agent.cli import agent_arguments, config_from, exit_on_signals
 from host_agent.core import AccordionDetector, CriticalRegimeDetector, StaticSchedule
+from host_agent.stats import bound_violation
 from workload.plan import Kind, Message, StepPlan, TrainingConfig, plan_step, synthetic_norms
 from workload.plan import message_bytes as content_of
 
@@ -246,6 +247,8 @@ class Trainer:
             allreduce_time=self.marks["barrier"] - self.marks["allreduce"],
             barrier_time=now - self.marks["barrier"],
             grad_expected=plan.expected_gradient_bytes,
+            grad_budget=state["budget"],
+            bound_held=bound_violation(state, self.agent.policy.vesting) is None,
             grad_received=state["received"],
             grad_forgiven=state["forgiven"],
             grad_shed=shed,
