@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,20 @@ def sh(*args: str, check: bool = True) -> str:
     if check and result.returncode:
         raise RuntimeError(f"{' '.join(args)}: {result.stderr.strip()}")
     return result.stdout
+
+
+def netns_unavailable() -> str | None:
+    """Why namespaces cannot be made here (one line), or None when they can."""
+    if os.geteuid() != 0:
+        return "needs root for network namespaces"
+    if shutil.which("ip") is None:
+        return "needs iproute2 (ip) for network namespaces"
+    probe = f"{PREFIX}{os.getpid()}xprobe"
+    result = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if result.returncode:
+        return f"cannot create a network namespace: {result.stderr.strip()}"
+    sh("ip", "netns", "del", probe, check=False)
+    return None
 
 
 def reap_stale() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -12,16 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
-from netns import Host, Lab, mac_of, reap_stale
+from netns import Host, Lab, mac_of, netns_unavailable, reap_stale
 
 from host_agent.api import AgentClient
 
+_UNAVAILABLE = netns_unavailable()
 pytestmark = [
     pytest.mark.netns,
-    pytest.mark.skipif(
-        os.geteuid() != 0 or shutil.which("ip") is None,
-        reason="needs root and iproute2 for network namespaces",
-    ),
+    pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or ""),
 ]
 RELAY = str(Path(__file__).with_name("relay.py"))
 EVENT_TIMEOUT = 20.0
@@ -403,31 +400,3 @@ def test_shedding_sender_and_receiver_agree(lab):
     shed_sent = sum(r["grad_shed_sent"] for r in final)
     assert shed_received == shed_sent > 0
     assert all(r["grad_forgiven"] == 0 for r in final)
-
-
-@pytest.mark.parametrize(
-    ("program", "bad", "message"),
-    [
-        ("host_agent.cli", ["--policy", "bogus"], "unknown policy 'bogus'"),
-        ("workload.train", ["--policy", "bogus"], "unknown policy 'bogus'"),
-        ("host_agent.cli", ["--neighbor", "10.0.0.2"], "expected IP=MAC"),
-        ("host_agent.cli", ["--gateway-mac", "02:00"], "not a MAC address"),
-        ("host_agent.cli", ["--rto", "0.5", "--rto-max", "0.1"], "rto"),
-        ("workload.train", ["--ranks", "10.0.0.1,10.0.0.1"], "own address"),
-        ("workload.train", ["--detector", "oracle"], "unknown detector"),
-        ("host_agent.cli", ["--iface", "nosuch0", "--ip", "10.0.0.1"], "no interface named"),
-        ("host_agent.cli", ["--api", __file__], "exists and is not a socket"),
-        ("host_agent.cli", ["--api", "/nonexistent/dir/s"], "no directory"),
-    ],
-)
-def test_bad_configuration_is_one_line_before_anything_starts(program, bad, message, tmp_path):
-    args = ["--iface", "lo", "--api", str(tmp_path / "s")]
-    if program == "workload.train":
-        args = ["--iface", "lo", "--ranks", "10.0.0.1,10.0.0.2", "--rank", "0"]
-    result = subprocess.run(
-        [sys.executable, "-m", program, *args, *bad], capture_output=True, text=True, timeout=30
-    )
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0]
-    assert not (tmp_path / "s").exists()
