@@ -14,6 +14,7 @@ import pytest
 from netns import Host, Lab, mac_of, netns_unavailable, reap_stale
 
 from host_agent.api import AgentClient
+from workload.plan import Kind, kind_of
 
 _UNAVAILABLE = netns_unavailable()
 pytestmark = [
@@ -389,6 +390,27 @@ def test_workload_forgives_only_gradients_within_the_bound(lab):
         assert s["grad_received"] + s["grad_forgiven"] == s["grad_expected"]
         assert s["grad_forgiven"] * (1 - s["p"]) <= s["p"] * s["grad_received"]
     assert sum(s["grad_forgiven"] for s in steps if not s["critical"]) > 0
+    sends = agent_records(lab, 3, "flow_send")
+    assert any(r["mode_changes"] for r in sends), "eligible senders must turn exempt"
+    assert all(r["mode_changes"] == 0 for r in sends if kind_of(r["flow"]) != Kind.GRADIENT)
+
+
+def agent_records(lab: Lab, n: int, kind: str) -> list[dict]:
+    return [r for i in range(n) for r in records(lab, f"agent{i}.jsonl") if r["type"] == kind]
+
+
+@pytest.mark.parametrize("policy", ["dcqcn", "forgive-no-exemption"])
+def test_workload_policies_without_exemption(lab, policy):
+    """dcqcn forgives nothing; forgive-no-exemption forgives but never lets a sender go exempt."""
+    hosts, gw = relay_pair(lab, 3, "--trim-every", "6")
+    out = train(lab, hosts, gw, policy, *WORKLOAD)
+    steps = [r for r in out if r["type"] == "train_step"]
+    assert len(steps) == 3 * 6
+    forgiven = sum(s["grad_forgiven"] for s in steps)
+    assert (forgiven == 0) if policy == "dcqcn" else (forgiven > 0)
+    sends = agent_records(lab, 3, "flow_send")
+    assert sends and all(r["cc_mode"] == "obeying" and r["mode_changes"] == 0 for r in sends)
+    assert all(r["exemption_eligible"] is False for r in agent_records(lab, 3, "flow_recv"))
 
 
 def test_shedding_sender_and_receiver_agree(lab):

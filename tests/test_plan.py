@@ -9,6 +9,7 @@ from workload.plan import (
     TrainingConfig,
     flow_id,
     gradient_messages,
+    kind_of,
     plan_step,
     ring_chunk,
     synthetic_norms,
@@ -54,6 +55,11 @@ def test_sends_match_peer_registrations():
             for m in plan.registrations():
                 assert sent.pop(m.flow) == m
         assert not sent
+
+
+def test_flow_ids_name_their_kind():
+    for kind in Kind:
+        assert kind_of(flow_id(4095, kind, 127, 1023)) == kind
 
 
 def test_flow_ids_are_unique_across_steps_and_kinds():

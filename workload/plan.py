@@ -99,6 +99,11 @@ def flow_id(step: int, kind: Kind, src: int, index: int) -> int:
     )
 
 
+def kind_of(flow: int) -> Kind:
+    """The kind of message a flow id names: how a reader of the agents' records tells them apart."""
+    return Kind(flow >> 17 & 0b111)
+
+
 @dataclass(frozen=True)
 class Message:
     flow: int
