@@ -18,9 +18,9 @@ from typing import Any
 
 from host_agent.wire import FTH_STRUCT, Flag, Opcode
 
-ACK_EVERY = 16
+ACK_EVERY = 32
 """Data packets acknowledged by one ACK at most."""
-ACK_DELAY = 200e-6
+ACK_DELAY = 300e-6
 """Longest an ACK is held: far below any retransmission timeout."""
 
 _ACK = int(Opcode.ACK)

@@ -42,6 +42,7 @@ from host_agent.frames import (
     ip_text,
     mac_bytes,
     parse,
+    udp_header,
 )
 from host_agent.link import RawLink, hold_udp_port, interface_ipv4, interface_mtu
 from host_agent.neighbors import Held, Neighbors
@@ -62,6 +63,8 @@ IDLE_WAIT = 0.5
 """Longest sleep with nothing scheduled; bounds how late `run`'s `until` is noticed."""
 SPIN_BELOW = 30e-6
 """Deadlines closer than this are polled for, not slept on: a sleep and wake-up costs more."""
+BUSY_CHECK = 20e-6
+"""While packets are overdue, sockets are looked at this often rather than every iteration."""
 MIN_MTU = IPV4_LEN + UDP_LEN + FTH_LEN + PACKET_BYTES
 """IPv4 bytes of a full DATA packet (4140): the smallest MTU that carries one unfragmented."""
 _DATA = int(Opcode.DATA)
@@ -82,8 +85,10 @@ class AgentConfig:
     policy: Policy = field(default_factory=lambda: parse_policy("forgive"))
     seed: int = 0
     line_rate_bps: float = 10e9
-    rto: float = 0.005
-    """Initial retransmission timeout: a few scheduler hiccups of a busy host, not one RTT."""
+    rto: float = 0.01
+    """Initial retransmission timeout. Not one RTT (tens of microseconds on a veth) but a few
+    scheduler time slices: a Python receiver sharing a busy core can pause that long, and a
+    shorter timeout then resends data that was only waiting. Trims never wait for it."""
     rto_max: float = 0.2
     time_scale: float = 1.0
     """How many times slower than the fabric it stands for the emulation runs (DCQCN's
@@ -124,6 +129,13 @@ class _TxFlow:
     size: int
     started: float
     mac: bytes | None = None
+    prefix: bytes = b""
+    prefix_len: int = -1
+    """FTH length that `prefix` (Ethernet + IPv4, ECT(0)) was built for; -1: none yet."""
+
+    @property
+    def tos(self) -> int:
+        return (self.dscp << 2) | ECN_ECT0
 
 
 @dataclass(slots=True)
@@ -335,6 +347,7 @@ class HostAgent:
         _tighten_timer_slack()
         acks = self._acks
         timers = self._timers
+        checked = 0.0
         while not (until and until()):
             now = time.monotonic()
             if timers and timers[0][0] <= now:
@@ -342,9 +355,13 @@ class HostAgent:
             if acks.held:
                 self._send_replies(acks.due(now))
             self._transmit(now)
-            timeout = self._timeout(time.monotonic())
+            now = time.monotonic()
+            timeout = self._timeout(now)
             if timeout < SPIN_BELOW:
+                if timeout == 0.0 and now - checked < BUSY_CHECK:
+                    continue  # more is due already: keep sending, look at sockets shortly
                 timeout = 0.0
+            checked = now
             ready, writable, _ = select.select(self._fds, list(self._writers), [], timeout)
             for fd in ready:
                 reader = self._readers.get(fd)
@@ -392,12 +409,17 @@ class HostAgent:
     # ----- sending -----------------------------------------------------------------------
 
     def _transmit(self, now: float) -> None:
+        """Frame and send what the core's sender has due; the per-packet hot path.
+
+        A flow keeps its Ethernet+IPv4 prefix for the packet length it last
+        sent, so a bulk flow packs only its 8-byte UDP header per packet and
+        hands the three parts to one scatter-gather send.
+        """
         packets = self.tx.poll(now)
         if not packets:
             return
         flows = self._tx_flows
-        headers = self.builder.headers
-        send = self.link.send
+        sendmsg = self.link.sock.sendmsg
         spray = self.config.spray
         rng = self._sport_rng
         for pkt in packets:
@@ -406,11 +428,18 @@ class HostAgent:
                 self.counters["tx_unknown_flow"] += 1
                 continue
             sport = _SPORT_BASE | rng.getrandbits(14) if spray else flow.sport
-            mac = flow.mac or self._next_hop(flow, now)
-            if mac is None:
-                self.neighbors.hold(flow.dst_ip, (flow.dscp, sport, pkt))
-                continue
-            send(headers(mac, flow.dst_ip, flow.dscp, ECN_ECT0, sport, len(pkt)), pkt)
+            size = len(pkt)
+            if size != flow.prefix_len:
+                mac = flow.mac or self._next_hop(flow, now)
+                if mac is None:
+                    self.neighbors.hold(flow.dst_ip, (flow.dscp, sport, pkt))
+                    continue
+                flow.prefix = self.builder.ip_prefix(mac, flow.dst_ip, flow.tos, size)
+                flow.prefix_len = size
+            try:
+                sendmsg((flow.prefix, udp_header(sport, size), pkt))
+            except OSError:
+                self.link.tx_errors += 1
         self.counters["tx_data"] += len(packets)
         self.counters["tx_data_bytes"] += sum(len(pkt) for pkt in packets) - FTH_LEN * len(packets)
 

@@ -28,9 +28,7 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
         default=1.0,
         help="emulation slowdown against the modelled fabric; stretches DCQCN's timers (1)",
     )
-    parser.add_argument(
-        "--rto", type=float, default=0.005, help="initial retransmission timeout, s"
-    )
+    parser.add_argument("--rto", type=float, default=0.01, help="initial retransmission timeout, s")
     parser.add_argument("--rto-max", type=float, default=0.2, help="largest backed-off RTO, s")
     parser.add_argument(
         "--no-spray",

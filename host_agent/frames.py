@@ -71,7 +71,7 @@ def ipv4_checksum(header: bytes, offset: int = 0) -> int:
 
 
 _ETH_IP = struct.Struct("!6s6sH BBHHHBBH4s4s")
-_UDP = struct.Struct("!HHHH")
+_UDP_PACK = struct.Struct("!HHHH").pack
 _PREFIX_CACHE = 4096
 """Distinct (destination, class, length) prefixes kept; bulk flows need a handful."""
 
@@ -113,16 +113,24 @@ class FrameBuilder:
         self._prefixes[(dst_mac, dst_ip, tos, total)] = prefix
         return prefix
 
-    def headers(
-        self, dst_mac: bytes, dst_ip: bytes, dscp: int, ecn: int, sport: int, fth_len: int
-    ) -> bytes:
-        """Ethernet + IPv4 + UDP headers for an FTH packet of `fth_len` bytes."""
-        tos = (dscp << 2) | ecn
+    def ip_prefix(self, dst_mac: bytes, dst_ip: bytes, tos: int, fth_len: int) -> bytes:
+        """Ethernet + IPv4 headers (34 bytes) for an FTH packet of `fth_len` bytes."""
         total = IPV4_LEN + UDP_LEN + fth_len
         prefix = self._prefixes.get((dst_mac, dst_ip, tos, total))
         if prefix is None:
             prefix = self._prefix(dst_mac, dst_ip, tos, total)
-        return prefix + _UDP.pack(sport, FORGIVE_UDP_PORT, UDP_LEN + fth_len, 0)
+        return prefix
+
+    def headers(
+        self, dst_mac: bytes, dst_ip: bytes, dscp: int, ecn: int, sport: int, fth_len: int
+    ) -> bytes:
+        """Ethernet + IPv4 + UDP headers for an FTH packet of `fth_len` bytes."""
+        prefix = self.ip_prefix(dst_mac, dst_ip, (dscp << 2) | ecn, fth_len)
+        return prefix + udp_header(sport, fth_len)
+
+
+def udp_header(sport: int, fth_len: int) -> bytes:
+    return _UDP_PACK(sport, FORGIVE_UDP_PORT, UDP_LEN + fth_len, 0)
 
 
 @dataclass(slots=True)
@@ -139,41 +147,39 @@ class Arrival:
     """The FTH and its payload, cut to the length IPv4 and UDP declare (Ethernet padding dropped)."""
 
 
+_RX_HEADERS = struct.Struct("!6x6sH BBHHHBBH4s4s HHH2x")
+
+
 def parse(frame: bytes) -> Arrival | None:
     """Split a received frame; None for traffic that is not FORGIVE's, MalformedFrame for broken FORGIVE frames.
 
-    A frame is FORGIVE's when it is unfragmented IPv4 carrying UDP to port
-    17991. Anything else on the link (ARP, IPv6, other UDP) is simply not ours.
+    A frame is FORGIVE's when it is unfragmented IPv4 without options (as
+    shared/protocol.md section 1 has it) carrying UDP to port 17991. Anything
+    else on the link (ARP, IPv6, other UDP) is simply not ours. One unpack
+    reads every header field, since this runs once per received packet.
     """
-    if len(frame) < ETH_LEN + IPV4_LEN or frame[12:14] != b"\x08\x00":
+    if len(frame) < HEADERS_LEN:
         return None
-    if frame[23] != _PROTO_UDP:
+    (src_mac, ethertype, ver_ihl, tos, total, _, frag, _, proto, _, src_ip, dst_ip, sport, dport,
+     udp_len) = _RX_HEADERS.unpack_from(frame)  # fmt: skip
+    if (
+        ethertype != ETH_P_IP
+        or ver_ihl != 0x45
+        or proto != _PROTO_UDP
+        or frag & 0x3FFF
+        or dport != FORGIVE_UDP_PORT
+    ):
         return None
-    # FORGIVE packets carry no IPv4 options (shared/protocol.md section 1).
-    if frame[14] != 0x45 or len(frame) < HEADERS_LEN:
-        return None
-    if (frame[20] << 8 | frame[21]) & 0x3FFF:
-        return None  # a fragment
-    if frame[36] << 8 | frame[37] != FORGIVE_UDP_PORT:
-        return None
-    total = frame[16] << 8 | frame[17]
     if total > len(frame) - ETH_LEN or total < IPV4_LEN + UDP_LEN:
         raise MalformedFrame(f"IPv4 total length {total} against a {len(frame)}-byte frame")
     if ipv4_checksum(frame, ETH_LEN):
         raise MalformedFrame("IPv4 header checksum mismatch")
-    udp_len = frame[38] << 8 | frame[39]
     if udp_len != total - IPV4_LEN:
         raise MalformedFrame(f"UDP length {udp_len}, IPv4 says {total - IPV4_LEN}")
-    tos = frame[15]
     return Arrival(
-        src_mac=frame[6:12],
-        src_ip=frame[26:30],
-        dst_ip=frame[30:34],
-        dscp=tos >> 2,
-        ce=(tos & 3) == ECN_CE,
-        sport=frame[34] << 8 | frame[35],
-        fth=memoryview(frame)[HEADERS_LEN : ETH_LEN + total],
-    )
+        src_mac, src_ip, dst_ip, tos >> 2, (tos & 3) == ECN_CE, sport,
+        memoryview(frame)[HEADERS_LEN : ETH_LEN + total],
+    )  # fmt: skip
 
 
 ARP_REQUEST = 1
