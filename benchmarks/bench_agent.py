@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tcp-seconds", type=float, default=4.0)
     parser.add_argument(
         "--rate-fractions",
-        default="0.7,1.0,1.5,3.0",
+        default="1.0,1.5,2.0,3.0",
         help="agent line rates to try, as fractions of the raw ceiling",
     )
     args = parser.parse_args(argv)
