@@ -102,8 +102,10 @@ class Bmv2Target(SwitchTarget):
     """Far above what any port's data_queue_bytes admits, so BMv2 never drops
     what the program let in; the program's byte budget is the only limit."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, log_level: str = "debug") -> None:
+        """`log_level` "off" starts BMv2 without a log file (for benchmarks)."""
         super().__init__(endpoint)
+        self.log_level = log_level
         self._proc: subprocess.Popen | None = None
 
     @classmethod
@@ -118,14 +120,10 @@ class Bmv2Target(SwitchTarget):
         cmd = ["ip", "netns", "exec", ep.netns, self.BINARY, "--device-id", "0"]
         for port, ifname in sorted(ep.ports.items()):
             cmd += ["-i", f"{port}@{ifname}"]
+        cmd += ["--thrift-port", str(ep.aux_port), "--log-level", self.log_level]
+        if self.log_level != "off":
+            cmd += ["--log-file", str(ep.log_dir / "bmv2"), "--log-flush"]
         cmd += [
-            "--thrift-port",
-            str(ep.aux_port),
-            "--log-file",
-            str(ep.log_dir / "bmv2"),
-            "--log-flush",
-            "--log-level",
-            "debug",
             "--no-p4",
             "--",
             "--grpc-server-addr",
