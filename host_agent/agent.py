@@ -514,10 +514,17 @@ class HostAgent:
         return len(frames)
 
     def _send_replies(self, replies: list[tuple[bytes, Arrival]]) -> None:
+        """ACK, NACK and CNP go back to the DATA's source address through our own next hop.
+
+        The frame's source MAC is only a fallback: behind a switch it names the
+        port the sender addressed, not necessarily the one facing this host.
+        """
         headers = self.builder.headers
         send = self.link.send
+        known = self.neighbors.known
         for reply, to in replies:
-            send(headers(to.src_mac, to.src_ip, _CONTROL, ECN_NOT_ECT, to.sport, len(reply)), reply)
+            mac = known(to.src_ip) or to.src_mac
+            send(headers(mac, to.src_ip, _CONTROL, ECN_NOT_ECT, to.sport, len(reply)), reply)
 
     def _note_malformed(self, exc: Exception) -> None:
         if self.counters["malformed_logged"] < 10:

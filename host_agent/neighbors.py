@@ -48,9 +48,13 @@ class Neighbors:
         self._waiting: dict[bytes, list[Held]] = {}
         self.dropped = 0
 
+    def known(self, ip: bytes) -> bytes | None:
+        """The next hop for `ip` if one is configured or learned, without asking."""
+        return self._static.get(ip) or self._gateway or self._learned.get(ip)
+
     def resolve(self, ip: bytes, now: float) -> bytes | None:
         """The next hop for `ip`, or None after asking ARP (at most every ARP_RETRY)."""
-        mac = self._static.get(ip) or self._gateway or self._learned.get(ip)
+        mac = self.known(ip)
         if mac is None and now - self._asked.get(ip, -1.0) >= ARP_RETRY:
             self._asked[ip] = now
             self._send_frame(arp_frame(ARP_REQUEST, self.mac, self.ip, BROADCAST_MAC, bytes(6), ip))
