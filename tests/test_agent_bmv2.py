@@ -107,11 +107,14 @@ def test_incast_through_bmv2_is_trimmed_marked_and_forgiven(lab):
         assert trims > 0 and marks > 0 and forgiven > 0
         for flow, sender in senders.items():
             done(clients[sender.name], "send_done", flow)
-        assert ok(rx.call("stats"))["counters"].get("bound_violations", 0) == 0
+        stats = ok(rx.call("stats"))
+        assert stats["counters"].get("bound_violations", 0) == 0
 
         out, _ = control.communicate("counters\n", timeout=30)
         counters = json.loads(out.strip().splitlines()[-1])["1"]
-        assert counters["trims"] == trims, "every trim the switch made reached the receiver"
+        assert counters["trims"] == stats["core_rx"]["trimmed"] >= trims, (
+            "every trim the switch made reached the receiver"
+        )
         assert counters["ce_marks"] > 0
     finally:
         if control is not None and control.poll() is None:
