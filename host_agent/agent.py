@@ -184,7 +184,6 @@ class HostAgent:
                 vesting=self.policy.vesting,
                 exemption=self.policy.exemption,
                 cnp_interval=dcqcn.cnp_interval,
-                keep_payload=config.keep_payload,
             )
         )
         self.tx = ForgiveSender(
@@ -253,7 +252,8 @@ class HostAgent:
             self._totals[step]["rx_shed_bytes"] += size or 0
             self.call_later(0.0, lambda: self._emit_shed("recv_done", flow_id, step, size))
             return
-        self.rx.register_flow(flow_id, step=step, gradient=gradient)
+        # Only a flow handed to the listeners needs its bytes kept.
+        self.rx.register_flow(flow_id, step=step, gradient=gradient, keep_payload=deliver)
         self._rx_flows[flow_id] = _RxFlow(step, traffic_class, deliver)
 
     def send(
