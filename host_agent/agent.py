@@ -625,6 +625,7 @@ _RECV_FIELDS = (
 _SEND_FIELDS = (
     "acked_bytes",
     "sent_bytes",
+    "sent_packets",
     "retransmitted_bytes",
     "cc_mode",
     "rate_bps",

@@ -38,6 +38,7 @@ def test_segments_are_at_most_one_packet_and_carry_the_flow():
     tx.open_flow(3, len(data), now=0.0, data=data)
     pkts = drain(tx, until=1e-3)
     assert [(h.seq, h.length) for _, h, _ in pkts] == [(0, K), (K, K), (2 * K, 2048)]
+    assert tx.flow_state(3)["sent_packets"] == 3
     assert all(
         h.opcode == Opcode.DATA and h.aux == len(data) and h.flow_id == 3 for _, h, _ in pkts
     )

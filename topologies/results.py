@@ -52,7 +52,9 @@ class RunResult:
     bound_violations: int
     switch_counters: dict[str, dict[str, int]] = field(default_factory=dict)
     timeline: list[dict[str, Any]] = field(default_factory=list)
-    """Samples over the run: time and cumulative trims, marks and queue bytes per switch."""
+    """Samples over the run: time and cumulative trims and CE marks over all switches."""
+    accounting: dict[str, int] = field(default_factory=dict)
+    """Totals that must add up across hosts and switches (see topologies.collect)."""
 
     @property
     def gradient_bytes(self) -> int:

@@ -61,6 +61,7 @@ class TxFlow:
     done: bool = False
     acked_bytes: int = 0
     sent_bytes: int = 0
+    sent_packets: int = 0
     retransmitted_bytes: int = 0
     cnps: int = 0
     cnps_ignored: int = 0
@@ -82,6 +83,7 @@ class TxFlow:
             "size": self.size,
             "acked_bytes": self.acked_bytes,
             "sent_bytes": self.sent_bytes,
+            "sent_packets": self.sent_packets,
             "retransmitted_bytes": self.retransmitted_bytes,
             "done": self.done,
             "cnps": self.cnps,
@@ -249,6 +251,7 @@ class ForgiveSender:
         if hi == flow.size:
             flags |= _LAST
         flow.sent_bytes += hi - lo
+        flow.sent_packets += 1
         flow.sent_order.append((now, lo, hi))
         flow.inflight[lo] = (hi, now, flags & _RETX != 0)
         if not flow.rto_armed:

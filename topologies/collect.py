@@ -1,0 +1,123 @@
+"""Turn what a run left behind (each host's JSON lines, the switches' counters) into a RunResult.
+
+Each host writes two files: the training loop's records (`train_step`,
+`train_done`) and its agent's statistics (`flow_send`, `flow_recv`,
+`flow_shed`, `bound_violation`, the closing `agent` summary).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from topologies.results import RunResult, StepResult
+
+
+class CollectError(RuntimeError):
+    """A run's records are missing or inconsistent."""
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as err:
+        raise CollectError(f"cannot read {path}: {err.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            raise CollectError(f"{path}:{number}: not JSON") from None
+
+
+def _steps(train: dict[str, list[dict[str, Any]]]) -> list[StepResult]:
+    by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for records in train.values():
+        for rec in records:
+            if rec.get("type") == "train_step":
+                by_step[rec["step"]].append(rec)
+    steps = []
+    for step in sorted(by_step):
+        recs = by_step[step]
+        if len(recs) != len(train):
+            raise CollectError(f"step {step} was recorded by {len(recs)} of {len(train)} ranks")
+        steps.append(
+            StepResult(
+                step=step,
+                critical=any(r["critical"] for r in recs),
+                duration_s=max(r["step_time"] for r in recs),
+                allreduce_s=[r["allreduce_time"] for r in recs],
+                expected_bytes=sum(r["grad_expected"] for r in recs),
+                forgiven_bytes=sum(r["grad_forgiven"] + r["grad_shed"] for r in recs),
+                budget_bytes=sum(r["grad_budget"] for r in recs),
+                bound_held=all(r["bound_held"] for r in recs),
+            )
+        )
+    return steps
+
+
+def collect(
+    *,
+    policy: str,
+    seed: int,
+    fabric: str,
+    time_scale: float,
+    train_files: dict[str, Path],
+    stats_files: dict[str, Path],
+    switch_counters: dict[str, dict[str, int]],
+    timeline: Iterable[dict[str, Any]] = (),
+) -> RunResult:
+    """One run's record. `switch_counters` maps switch -> counter -> total over its ports."""
+    train = {host: list(read_jsonl(path)) for host, path in train_files.items()}
+    stats = [rec for path in stats_files.values() for rec in read_jsonl(path)]
+    steps = _steps(train)
+    if not steps:
+        raise CollectError("no training step was recorded")
+    sends = [r for r in stats if r["type"] == "flow_send"]
+    recvs = [r for r in stats if r["type"] == "flow_recv"]
+    step_time = {
+        host: sum(r["step_time"] for r in recs if r.get("type") == "train_step")
+        for host, recs in train.items()
+    }
+    switch_total = defaultdict(int)
+    for counters in switch_counters.values():
+        for name, value in counters.items():
+            switch_total[name] += value
+    gradient_recvs = [r for r in recvs if r["traffic_class"] == "gradient"]
+    return RunResult(
+        policy=policy,
+        seed=seed,
+        fabric=fabric,
+        time_scale=time_scale,
+        training_time_s=max(step_time.values()),
+        steps=steps,
+        data_bytes_sent=sum(r["sent_bytes"] for r in sends),
+        retransmitted_bytes=sum(r["retransmitted_bytes"] for r in sends),
+        data_packets_sent=sum(r["sent_packets"] for r in sends),
+        trims=switch_total["trims"],
+        ce_marks=switch_total["ce_marks"],
+        cnps=sum(r["cnps"] for r in sends),
+        rtos=sum(r["rtos"] for r in sends),
+        # The first change is a flow's start of exemption; every later one is a toggle.
+        exemption_toggles=[r["mode_changes"] - 1 for r in sends if r["mode_changes"] >= 1],
+        tp_completion_s=[r["duration"] for r in recvs if r["traffic_class"] == "tensor-parallel"],
+        bound_violations=sum(1 for r in stats if r["type"] == "bound_violation"),
+        switch_counters={k: dict(v) for k, v in switch_counters.items()},
+        timeline=list(timeline),
+        accounting={
+            "flow_bytes_sent": sum(r["bytes"] for r in sends),
+            "flow_bytes_received": sum(r["received_bytes"] for r in recvs),
+            "flow_bytes_forgiven": sum(r["forgiven_bytes"] for r in recvs),
+            "gradient_bytes_forgiven": sum(r["forgiven_bytes"] for r in gradient_recvs),
+            "flows_sent": len(sends),
+            "flows_received": len(recvs),
+            "flows_shed": sum(1 for r in stats if r["type"] == "flow_shed") // 2,
+            "trims_seen_by_receivers": sum(r["trims"] for r in recvs),
+            "trims_at_switches": switch_total["trims"],
+            "drops_at_switches": switch_total["drops"],
+        },
+    )
