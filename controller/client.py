@@ -1,9 +1,10 @@
 """A P4Runtime connection to one switch that survives the switch restarting.
 
-Built on the p4runtime protobufs and grpcio directly, with p4runtime-shell's
-error decoding (`P4RuntimeWriteException`): the shell's own client keeps one
-global connection and calls sys.exit when a handshake fails, and a controller
-of several switches needs neither. Every call that finds the switch gone
+Built on the p4runtime protobufs and grpcio directly rather than on
+p4runtime-shell: the shell keeps one global connection, its client calls
+sys.exit when a handshake fails, and its batch-error iterator (0.0.6) never
+returns once a batch mixes succeeded and failed updates. A controller of
+several switches needs none of that. Every call that finds the switch gone
 reconnects (new channel, new arbitration) and retries once, so a restarted
 switch is picked up without restarting the controller.
 """
@@ -17,10 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import grpc
-from google.rpc import code_pb2
+from google.rpc import code_pb2, status_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
-from p4runtime_sh.p4runtime import P4RuntimeWriteException
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,20 @@ class WriteFailed(RuntimeError):
     def __init__(self, errors: list[tuple[int, str, str]]):
         self.errors = errors
         super().__init__("; ".join(f"update {i}: {code} {msg}" for i, code, msg in errors))
+
+
+def batch_errors(err: grpc.RpcError) -> list[tuple[int, str, str]]:
+    """The failed updates of a Write, from the google.rpc.Status in its trailer."""
+    for key, value in err.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            errors = []
+            for i, packed in enumerate(status.details):
+                error = p4runtime_pb2.Error()
+                if packed.Unpack(error) and error.canonical_code != code_pb2.OK:
+                    errors.append((i, code_pb2.Code.Name(error.canonical_code), error.message))
+            return errors
+    return [(-1, err.code().name, err.details() or "write failed")]
 
 
 @dataclass
@@ -166,10 +180,7 @@ class SwitchClient:
         except grpc.RpcError as err:
             if err.code() != grpc.StatusCode.UNKNOWN:
                 raise
-            failed = P4RuntimeWriteException(err)
-            raise WriteFailed(
-                [(i, code_pb2.Code.Name(e.canonical_code), e.message) for i, e in failed.errors]
-            ) from None
+            raise WriteFailed(batch_errors(err)) from None
 
     def read(self, entities: Iterable[p4runtime_pb2.Entity]) -> list[p4runtime_pb2.Entity]:
         request = p4runtime_pb2.ReadRequest(device_id=self.device_id, entities=list(entities))
