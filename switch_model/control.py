@@ -6,7 +6,12 @@ object per line:
 
     {"cmd": "set_port", "port": 1, "rate_bps": 1000000000,
      "low_queue_bytes": 8388608, "high_queue_bytes": 1048576}   -> {"ok": true}
+    {"cmd": "set_queue_rate", "port": 1, "priority": 0, "pps": 2}  -> {"ok": true}
     {"cmd": "stats"}   -> {"ok": true, "stats": {...occupancy, drop reasons...}}
+
+`set_port` sets the line rate (bits/s, 0 unpaced) and buffer sizes;
+`set_queue_rate` is BMv2's per-priority drain rate (priority 0 low, 1 high;
+packets/s, 0 unpaced), which the PTF suite uses to hold a standing queue.
 
 A request that cannot be carried out gets {"ok": false, "error": "..."}.
 """
@@ -35,10 +40,18 @@ def handle(dataplane: Dataplane, request: dict) -> dict:
     cmd = request.get("cmd")
     if cmd == "stats":
         return {"ok": True, "stats": dataplane.stats()}
+    port = request.get("port")
+    if cmd in ("set_port", "set_queue_rate") and port not in dataplane.ports:
+        raise ValueError(f"no port {port!r} (ports: {sorted(dataplane.ports)})")
+    if cmd == "set_queue_rate":
+        if request.get("priority") not in (0, 1):
+            raise ValueError("priority must be 0 (low) or 1 (high)")
+        pps = request.get("pps")
+        if not isinstance(pps, int | float) or isinstance(pps, bool) or pps < 0:
+            raise ValueError(f"pps must be a non-negative number, got {pps!r}")
+        dataplane.set_queue_rate(port, request["priority"], pps)
+        return {"ok": True}
     if cmd == "set_port":
-        port = request.get("port")
-        if port not in dataplane.ports:
-            raise ValueError(f"no port {port!r} (ports: {sorted(dataplane.ports)})")
         dataplane.set_shaping(
             port,
             _non_negative(request, "rate_bps"),

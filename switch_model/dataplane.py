@@ -15,7 +15,7 @@ import threading
 import time
 
 from switch_model.pipeline import Pipeline
-from switch_model.queues import CATCH_UP_S, EgressPort, PortCounters
+from switch_model.queues import EgressPort, PortCounters
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -92,6 +92,10 @@ class Dataplane:
         if high_bytes is not None:
             egress.high_capacity = high_bytes
 
+    def set_queue_rate(self, port: int, priority: int, pps: float) -> None:
+        """Drain one priority queue at `pps` packets/s, 0 unpaced (BMv2's set_queue_rate)."""
+        self.ports[port].pps[priority] = pps
+
     def run(self) -> None:
         poller = select.epoll()
         by_fd = {}
@@ -106,8 +110,8 @@ class Dataplane:
             while not self._stop.is_set():
                 timeout = IDLE_WAKE_S
                 if busy:
-                    now = monotonic()
-                    timeout = max(0.0, min(p.next_tx for p in busy) - now)
+                    due = min(p.next_due() for p in busy)
+                    timeout = min(IDLE_WAKE_S, max(0.0, due - monotonic()))
                 for fd, _ in poller.poll(timeout):
                     recv_into = by_fd[fd].recv_into
                     for _ in range(RX_BATCH):
@@ -127,14 +131,10 @@ class Dataplane:
     def _transmit(self, busy: set[EgressPort], now: float) -> None:
         counters = self.counters
         for port in list(busy):
-            rate = port.rate_bps
             send = port.sock.send
             number = port.number
-            while not rate or port.next_tx <= now:
-                frame = port.dequeue()
-                if frame is None:
-                    busy.discard(port)
-                    break
+            while (item := port.pop_due(now)) is not None:
+                frame, received = item
                 try:
                     send(frame)
                 except OSError as err:
@@ -142,9 +142,9 @@ class Dataplane:
                     counters.drops[number] += 1
                     continue
                 counters.tx_packets[number] += 1
-                counters.tx_bytes[number] += len(frame)
-                if rate:
-                    port.next_tx = max(port.next_tx, now - CATCH_UP_S) + len(frame) * 8 / rate
+                counters.tx_bytes[number] += received
+            if not port.high and not port.low:
+                busy.discard(port)
 
     def stats(self) -> dict:
         """Occupancy and drop reasons for the control channel; the P4 counters go over P4Runtime."""
@@ -155,6 +155,7 @@ class Dataplane:
                 str(n): {
                     "ifname": p.ifname,
                     "rate_bps": p.rate_bps,
+                    "queue_pps": {"low": p.pps[0], "high": p.pps[1]},
                     "low_capacity": p.low_capacity,
                     "high_capacity": p.high_capacity,
                     "low_bytes": p.low_bytes,

@@ -220,3 +220,8 @@ class ModelProcess:
 
     def set_port(self, port: int, **settings) -> None:
         control.request(self.control, {"cmd": "set_port", "port": port, **settings})
+
+    def queue_rate(self, port: int, priority: int, pps: float) -> None:
+        control.request(
+            self.control, {"cmd": "set_queue_rate", "port": port, "priority": priority, "pps": pps}
+        )
