@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
-.PHONY: setup test lint format bench clean
+.PHONY: setup test lint format bench bench-bmv2 clean p4 ptf
 
 setup: $(STAMP_PIP)
 
@@ -42,6 +42,24 @@ format: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_core.py
+
+# BMv2 forwarding rate with forgive.p4 against a minimal program (needs root and BMv2).
+bench-bmv2: setup
+	$(BIN)/python benchmarks/bench_bmv2.py
+
+# The P4 program's compiled artifacts are committed; `make p4` rebuilds them
+# (p4c names P4Info files by suffix, hence the rename to .txtpb).
+P4C ?= p4c-bm2-ss
+P4_OUT ?= p4src/build
+p4:
+	@mkdir -p $(P4_OUT)
+	$(P4C) --arch v1model --std p4-16 -o $(P4_OUT)/forgive.json \
+	    --p4runtime-files $(P4_OUT)/forgive.p4info.txt p4src/forgive.p4
+	mv $(P4_OUT)/forgive.p4info.txt $(P4_OUT)/forgive.p4info.txtpb
+
+# The PTF suite against BMv2 alone (needs root and simple_switch_grpc).
+ptf: setup
+	$(BIN)/python -m ptf_tests.harness --target bmv2
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,330 @@
+/* -*- P4_16 -*- */
+/*
+ * The FORGIVE switch for BMv2 simple_switch (v1model).
+ *
+ * Per egress port it keeps two strict-priority queues: transport control and
+ * trimmed headers go high, everything else low. The program, not BMv2, decides
+ * what the low queue admits: BMv2 queues count packets, FORGIVE budgets bytes,
+ * so ingress keeps each port's low-queue byte occupancy in a register and
+ * trims (FTH DATA) or drops (anything else) a packet that would overflow it.
+ * The control surface (table, action, counter names) is documented in
+ * docs/dataplane.md and shared with the Python switch model.
+ */
+#include <core.p4>
+#include <v1model.p4>
+
+#include "include/constants.p4"
+#include "include/headers.p4"
+
+error {
+    Ipv4OptionsPresent,
+    FthVersionUnknown
+}
+
+/*************************************************************************
+ *  Low-queue byte occupancy, shared by ingress (admits) and egress (releases)
+ *************************************************************************/
+
+register<bit<32>>(NUM_PORTS) low_queue_occupancy;
+
+/*************************************************************************
+ *  Parser
+ *************************************************************************/
+
+parser MyParser(packet_in packet,
+                out headers_t hdr,
+                inout metadata_t meta,
+                inout standard_metadata_t standard_metadata) {
+
+    state start {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.etherType) {
+            ETHERTYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+
+    state parse_ipv4 {
+        packet.extract(hdr.ipv4);
+        verify(hdr.ipv4.ihl == IPV4_IHL_NO_OPTIONS, error.Ipv4OptionsPresent);
+        transition select(hdr.ipv4.protocol) {
+            IPPROTO_UDP: parse_udp;
+            default: accept;
+        }
+    }
+
+    state parse_udp {
+        packet.extract(hdr.udp);
+        transition select(hdr.udp.dstPort) {
+            FORGIVE_UDP_PORT: parse_fth;
+            default: accept;
+        }
+    }
+
+    state parse_fth {
+        packet.extract(hdr.fth);
+        verify(hdr.fth.version == FTH_VERSION, error.FthVersionUnknown);
+        transition accept;
+    }
+}
+
+/*************************************************************************
+ *  Checksum verification
+ *************************************************************************/
+
+control MyVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        verify_checksum(hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
+              hdr.ipv4.totalLen, hdr.ipv4.identification, hdr.ipv4.flags,
+              hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
+              hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum, HashAlgorithm.csum16);
+    }
+}
+
+/*************************************************************************
+ *  Ingress: route, then decide queue, trim, drop or ECN mark
+ *************************************************************************/
+
+control MyIngress(inout headers_t hdr,
+                  inout metadata_t meta,
+                  inout standard_metadata_t standard_metadata) {
+
+    counter(NUM_PORTS, CounterType.packets) port_ce_marks;
+    counter(NUM_PORTS, CounterType.packets) port_trims;
+    counter(NUM_PORTS, CounterType.packets) port_drops;
+
+    action drop() {
+        mark_to_drop(standard_metadata);
+    }
+
+    action set_nhop(mac_addr_t dmac, port_t port) {
+        hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
+        hdr.ethernet.dstAddr = dmac;
+        standard_metadata.egress_spec = port;
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+        meta.routed = 1;
+    }
+
+    action set_ecmp_group(bit<16> group_id, bit<16> num_members) {
+        meta.ecmp_group_id = group_id;
+        meta.ecmp_num_members = num_members;
+    }
+
+    table ipv4_lpm {
+        key = { hdr.ipv4.dstAddr: lpm; }
+        actions = { set_nhop; set_ecmp_group; drop; }
+        default_action = drop();
+        size = 1024;
+    }
+
+    action choose_ecmp_member() {
+        hash(meta.ecmp_member, HashAlgorithm.crc16, (bit<16>)0,
+             { hdr.ipv4.srcAddr, hdr.ipv4.dstAddr, hdr.ipv4.protocol,
+               meta.l4_src_port, meta.l4_dst_port },
+             meta.ecmp_num_members);
+    }
+
+    table ecmp_nhop {
+        key = {
+            meta.ecmp_group_id: exact;
+            meta.ecmp_member: exact;
+        }
+        actions = { set_nhop; drop; }
+        default_action = drop();
+        size = 1024;
+    }
+
+    action set_thresholds(bit<32> data_queue_bytes, bit<32> ecn_kmin,
+                          bit<32> ecn_kmax, bit<32> ecn_pmax) {
+        meta.data_queue_bytes = data_queue_bytes;
+        meta.ecn_kmin = ecn_kmin;
+        meta.ecn_kmax = ecn_kmax;
+        meta.ecn_pmax = ecn_pmax;
+    }
+
+    /* No entry: the port is unmanaged (no trimming, no marking). */
+    table port_thresholds {
+        key = { standard_metadata.egress_spec: exact; }
+        actions = { set_thresholds; NoAction; }
+        default_action = NoAction();
+        size = NUM_PORTS;
+    }
+
+    /* Malformed, expired or over-budget packets that had an egress port. */
+    action drop_at_port() {
+        mark_to_drop(standard_metadata);
+        port_drops.count((bit<32>)standard_metadata.egress_spec);
+    }
+
+    action send_high() {
+        standard_metadata.priority = PRIO_HIGH;
+    }
+
+    /* Cut to Ethernet/IPv4/UDP/FTH. FTH length stays: it names the lost range.
+     * The UDP checksum no longer covers the payload, so it becomes 0 (none). */
+    action trim() {
+        truncate(TRIMMED_FRAME_BYTES);
+        hdr.fth.flags = hdr.fth.flags | FTH_FLAG_TRIMMED;
+        hdr.ipv4.totalLen = TRIMMED_IPV4_TOTAL_LEN;
+        hdr.udp.length = TRIMMED_UDP_LEN;
+        hdr.udp.checksum = 0;
+        standard_metadata.priority = PRIO_HIGH;
+        port_trims.count((bit<32>)standard_metadata.egress_spec);
+    }
+
+    action mark_ce() {
+        hdr.ipv4.ecn = ECN_CE;
+        port_ce_marks.count((bit<32>)standard_metadata.egress_spec);
+    }
+
+    /* Egress may release bytes of the same port concurrently: the add is one
+     * read-modify-write inside one action, which BMv2 runs under the register
+     * array's lock (and which @atomic asks of any other target). */
+    action admit_low(bit<32> size) {
+        @atomic {
+            bit<32> occupancy;
+            low_queue_occupancy.read(occupancy, (bit<32>)standard_metadata.egress_spec);
+            low_queue_occupancy.write((bit<32>)standard_metadata.egress_spec, occupancy + size);
+        }
+        meta.admitted_bytes = size;
+        standard_metadata.priority = PRIO_LOW;
+    }
+
+    apply {
+        if (!hdr.ipv4.isValid()) {
+            drop();
+            return;
+        }
+        bool expired = hdr.ipv4.ttl <= 1;
+        if (hdr.udp.isValid()) {
+            meta.l4_src_port = hdr.udp.srcPort;
+            meta.l4_dst_port = hdr.udp.dstPort;
+        }
+
+        switch (ipv4_lpm.apply().action_run) {
+            set_ecmp_group: {
+                if (meta.ecmp_num_members == 0) {
+                    drop();
+                } else {
+                    choose_ecmp_member();
+                    ecmp_nhop.apply();
+                }
+            }
+        }
+        if (meta.routed == 0) {
+            return;
+        }
+        if (expired || standard_metadata.parser_error != error.NoError
+                || standard_metadata.checksum_error == 1) {
+            drop_at_port();
+            return;
+        }
+
+        bool is_fth = hdr.fth.isValid();
+        bool is_data = is_fth && hdr.fth.opcode == FTH_OPCODE_DATA
+                       && (hdr.fth.flags & FTH_FLAG_TRIMMED) == 0;
+        if (is_fth && !is_data) {
+            send_high();
+            return;
+        }
+
+        bit<32> size = standard_metadata.packet_length;
+        if (port_thresholds.apply().hit) {
+            bit<32> occupancy;
+            low_queue_occupancy.read(occupancy, (bit<32>)standard_metadata.egress_spec);
+            if (occupancy + size > meta.data_queue_bytes) {
+                if (is_data) {
+                    trim();
+                } else {
+                    drop_at_port();
+                }
+                return;
+            }
+            if (is_data && hdr.ipv4.ecn != ECN_NOT_ECT && hdr.ipv4.ecn != ECN_CE
+                    && occupancy >= meta.ecn_kmin) {
+                if (occupancy >= meta.ecn_kmax) {
+                    mark_ce();
+                } else {
+                    /* Mark with probability pmax/65536 * (occ-kmin)/(kmax-kmin):
+                     * compare r*(kmax-kmin) < pmax*(occ-kmin), r uniform in [0, 65535]. */
+                    bit<16> r;
+                    random(r, 0, ECN_RANDOM_MAX);
+                    bit<64> lhs = (bit<64>)r * (bit<64>)(meta.ecn_kmax - meta.ecn_kmin);
+                    bit<64> rhs = (bit<64>)meta.ecn_pmax * (bit<64>)(occupancy - meta.ecn_kmin);
+                    if (lhs < rhs) {
+                        mark_ce();
+                    }
+                }
+            }
+        }
+        admit_low(size);
+    }
+}
+
+/*************************************************************************
+ *  Egress: release low-queue bytes, count what leaves
+ *************************************************************************/
+
+control MyEgress(inout headers_t hdr,
+                 inout metadata_t meta,
+                 inout standard_metadata_t standard_metadata) {
+
+    counter(NUM_PORTS, CounterType.packets_and_bytes) port_tx;
+
+    /* Mirror of admit_low; clamps at 0 so a register cleared by the control
+     * plane while packets are queued cannot wrap. */
+    action release_low() {
+        @atomic {
+            bit<32> occupancy;
+            low_queue_occupancy.read(occupancy, (bit<32>)standard_metadata.egress_port);
+            low_queue_occupancy.write((bit<32>)standard_metadata.egress_port,
+                occupancy > meta.admitted_bytes ? occupancy - meta.admitted_bytes : 0);
+        }
+    }
+
+    apply {
+        if (meta.admitted_bytes != 0) {
+            release_low();
+        }
+        port_tx.count((bit<32>)standard_metadata.egress_port);
+    }
+}
+
+/*************************************************************************
+ *  Checksum computation
+ *************************************************************************/
+
+control MyComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        update_checksum(hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
+              hdr.ipv4.totalLen, hdr.ipv4.identification, hdr.ipv4.flags,
+              hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
+              hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum, HashAlgorithm.csum16);
+    }
+}
+
+/*************************************************************************
+ *  Deparser
+ *************************************************************************/
+
+control MyDeparser(packet_out packet, in headers_t hdr) {
+    apply {
+        packet.emit(hdr.ethernet);
+        packet.emit(hdr.ipv4);
+        packet.emit(hdr.udp);
+        packet.emit(hdr.fth);
+    }
+}
+
+V1Switch(
+    MyParser(),
+    MyVerifyChecksum(),
+    MyIngress(),
+    MyEgress(),
+    MyComputeChecksum(),
+    MyDeparser()
+) main;

@@ -1,0 +1,297 @@
+"""PTF suite for the FORGIVE switch: one file for every target (test param `target`).
+
+Every test pushes the pipeline afresh (which zeroes registers and counters),
+installs its own entries, sends packets built with the project's scapy FTH
+layer and compares what comes out byte for byte. Tests that need a standing
+queue throttle the port's low-priority queue: BMv2 paces a queue from the time
+its previous packet was scheduled, so after one "plug" packet has left, the
+packets of a burst sent right behind it stay queued until the next slot and
+see exactly the occupancy the burst builds up.
+"""
+
+from __future__ import annotations
+
+import ptf
+from ptf import testutils
+from ptf.base_tests import BaseTest
+from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet, Raw
+
+from host_agent.scapy_layer import FTH
+from host_agent.wire import FORGIVE_UDP_PORT, PACKET_BYTES, TRIMMED_FRAME_LEN, Dscp, Flag, Opcode
+from ptf_tests.p4rt import SwitchSession, Thresholds
+from ptf_tests.targets import PRIO_LOW, TARGETS, Endpoint
+
+SWITCH_MAC = "00:00:5e:00:53:01"
+HOST_MAC = "02:00:00:00:00:01"
+SRC_IP = "10.0.1.1"
+ECT0, NOT_ECT, CE = 2, 0, 3
+FULL_FRAME = 14 + 20 + 8 + 16 + PACKET_BYTES
+"""A full DATA frame: 4154 bytes."""
+THROTTLED_PPS = 2
+"""Low-queue drain rate while a test needs a standing queue: one slot every 0.5 s,
+far longer than the switch takes to take in a burst."""
+ALL_PORTS = (1, 2, 3, 4)
+
+
+def nhop_mac(port: int) -> str:
+    return f"02:00:00:00:0{port}:0{port}"
+
+
+def fth_packet(
+    dst: str,
+    *,
+    sport: int = 49152,
+    opcode: Opcode = Opcode.DATA,
+    payload_len: int = PACKET_BYTES,
+    seq: int = 0,
+    ecn: int = ECT0,
+    ttl: int = 64,
+) -> Packet:
+    """A FORGIVE packet as a host agent sends it (UDP checksum 0, DSCP by class)."""
+    data = opcode == Opcode.DATA
+    dscp = Dscp.GRADIENT if data else Dscp.CONTROL
+    fth = FTH(
+        opcode=opcode,
+        flags=0 if data else int(Flag.ELIGIBLE),
+        length=payload_len,
+        flow_id=7,
+        seq=seq,
+        aux=1 << 20 if data else 0,
+    )
+    payload = bytes((seq + i) & 0xFF for i in range(payload_len)) if data else b""
+    return (
+        Ether(dst=SWITCH_MAC, src=HOST_MAC)
+        / IP(src=SRC_IP, dst=dst, tos=(dscp << 2) | (ecn if data else NOT_ECT), ttl=ttl, id=seq)
+        / UDP(sport=sport, dport=FORGIVE_UDP_PORT, chksum=0)
+        / fth
+        / Raw(payload)
+    )
+
+
+def udp_packet(dst: str, frame_len: int, *, ident: int = 0) -> Packet:
+    """A non-FTH UDP packet of exactly `frame_len` bytes on the wire."""
+    head = (
+        Ether(dst=SWITCH_MAC, src=HOST_MAC)
+        / IP(src=SRC_IP, dst=dst, id=ident)
+        / UDP(sport=40000, dport=5000)
+    )
+    return head / Raw(bytes(frame_len - len(head)))
+
+
+def routed(pkt: Packet, port: int) -> Packet:
+    """`pkt` as set_nhop forwards it towards `port`: MACs rewritten, TTL down, checksum fixed."""
+    out = Ether(bytes(pkt))
+    out[Ether].src = out[Ether].dst
+    out[Ether].dst = nhop_mac(port)
+    out[IP].ttl -= 1
+    del out[IP].chksum
+    return Ether(bytes(out))
+
+
+def ce_marked(pkt: Packet) -> Packet:
+    out = Ether(bytes(pkt))
+    out[IP].tos = (out[IP].tos & ~0x3) | CE
+    del out[IP].chksum
+    return Ether(bytes(out))
+
+
+def trimmed(pkt: Packet, port: int) -> Packet:
+    """The 58-byte header a trim leaves of DATA `pkt` routed towards `port`."""
+    out = routed(pkt, port)
+    out[FTH].flags = int(out[FTH].flags) | Flag.TRIMMED
+    out[FTH].remove_payload()
+    out[IP].len = 44
+    out[UDP].len = 24
+    out[UDP].chksum = 0
+    del out[IP].chksum
+    out = Ether(bytes(out))
+    assert len(out) == TRIMMED_FRAME_LEN
+    return out
+
+
+class ForgiveTest(BaseTest):
+    """Connects to the target named by the test params and pushes the pipeline."""
+
+    def setUp(self) -> None:
+        BaseTest.setUp(self)
+        self.dataplane = ptf.dataplane_instance
+        self.dataplane.flush()
+        params = testutils.test_params_get()
+        endpoint = Endpoint(
+            netns=params["netns"],
+            ports={},
+            grpc_port=int(params["grpc_port"]),
+            aux_port=int(params["aux_port"]),
+        )
+        self.target = TARGETS[params["target"]](endpoint)
+        self.switch = SwitchSession(endpoint.grpc_addr, params["p4info"], params["device_config"])
+        self.throttled: list[int] = []
+
+    def tearDown(self) -> None:
+        for port in self.throttled:
+            self.target.set_queue_rate(port, 0, PRIO_LOW)
+        self.switch.close()
+        BaseTest.tearDown(self)
+
+    def throttle(self, port: int) -> None:
+        self.target.set_queue_rate(port, THROTTLED_PPS, PRIO_LOW)
+        self.throttled.append(port)
+
+    def send(self, port: int, pkt: Packet) -> None:
+        testutils.send_packet(self, port, pkt)
+
+    def expect_sequence(self, port: int, expected: list[Packet]) -> None:
+        """The next packets out of `port`, in this order and byte for byte."""
+        timeout = 2 + len(expected) / THROTTLED_PPS
+        for i, exp in enumerate(expected):
+            res = testutils.dp_poll(self, port_number=port, timeout=timeout)
+            self.assertIsInstance(
+                res,
+                self.dataplane.PollSuccess,
+                f"packet {i} of {len(expected)} never left port {port}",
+            )
+            self.assertEqual(
+                bytes(res.packet).hex(),
+                bytes(exp).hex(),
+                f"packet {i} out of port {port} differs:\n"
+                f"got      {Ether(bytes(res.packet)).summary()}\nexpected {exp.summary()}",
+            )
+
+    def plug(self, port: int, pkt: Packet) -> Packet:
+        """Send one packet through the throttled `port` and wait for it: the queue is
+        empty and its next slot half a second away."""
+        self.send(1, pkt)
+        out = routed(pkt, port)
+        self.expect_sequence(port, [out])
+        return out
+
+
+class RoutingTest(ForgiveTest):
+    """LPM picks the longest prefix, set_nhop rewrites MACs, TTL and checksum;
+    misses and expiring TTLs are dropped."""
+
+    def runTest(self) -> None:
+        self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
+        self.switch.route("10.0.2.5/32", nhop_mac(3), 3)
+        wide = fth_packet("10.0.2.9")
+        narrow = fth_packet("10.0.2.5", sport=50000)
+        icmp = Ether(dst=SWITCH_MAC, src=HOST_MAC) / IP(src=SRC_IP, dst="10.0.2.77") / ICMP()
+        for pkt, port in ((wide, 2), (narrow, 3), (icmp, 2)):
+            self.send(1, pkt)
+            testutils.verify_packet(self, routed(pkt, port), port)
+        self.send(1, fth_packet("10.9.9.9"))
+        self.send(1, fth_packet("10.0.2.9", ttl=1))
+        testutils.verify_no_other_packets(self)
+
+        c2, c3 = self.switch.port_counters(2), self.switch.port_counters(3)
+        self.assertEqual((c2.tx_packets, c2.tx_bytes), (2, len(wide) + len(icmp)))
+        self.assertEqual((c3.tx_packets, c3.tx_bytes), (1, len(narrow)))
+        self.assertEqual(c2.drops, 1, "the TTL-1 packet counts as a drop at its egress port")
+        self.assertEqual((c2.trims, c2.ce_marks), (0, 0))
+
+
+class EcmpTest(ForgiveTest):
+    """One sprayed flow (source port per packet) spreads over every member, and a
+    given 5-tuple always takes the same member."""
+
+    def runTest(self) -> None:
+        members = [(nhop_mac(p), p) for p in (2, 3, 4)]
+        self.switch.route_ecmp("10.0.9.0/24", 7, members)
+        chosen: dict[int, int] = {}
+        for sport in range(49152, 49152 + 48):
+            pkt = fth_packet("10.0.9.1", sport=sport, payload_len=64)
+            self.send(1, pkt)
+            res = testutils.dp_poll(self, timeout=2)
+            self.assertIsInstance(res, self.dataplane.PollSuccess, f"sport {sport} not forwarded")
+            self.assertIn(res.port, (2, 3, 4))
+            self.assertEqual(bytes(res.packet), bytes(routed(pkt, res.port)))
+            chosen[sport] = res.port
+        self.assertEqual(set(chosen.values()), {2, 3, 4}, f"members used: {chosen}")
+        for sport in (49152, 49170, 49199):
+            pkt = fth_packet("10.0.9.1", sport=sport, payload_len=64)
+            self.send(1, pkt)
+            testutils.verify_packet(self, routed(pkt, chosen[sport]), chosen[sport])
+        testutils.verify_no_other_packets(self)
+        out = sum(self.switch.port_counters(p).tx_packets for p in (2, 3, 4))
+        self.assertEqual(out, len(chosen) + 3)
+
+
+class EcnMarkingTest(ForgiveTest):
+    """ECT DATA below ecn_kmin and in a band with ecn_pmax 0 stays unmarked, at or
+    above ecn_kmax it is marked; not-ECT DATA is never marked."""
+
+    def runTest(self) -> None:
+        self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
+        s = FULL_FRAME
+        self.switch.set_thresholds(2, Thresholds(100 * s, 2 * s, 3 * s, 0))
+        self.throttle(2)
+        plug = self.plug(2, fth_packet("10.0.2.9", seq=0))
+        ecns = [ECT0, ECT0, ECT0, ECT0, NOT_ECT, ECT0]
+        burst = [
+            fth_packet("10.0.2.9", seq=(i + 1) * PACKET_BYTES, ecn=e) for i, e in enumerate(ecns)
+        ]
+        for pkt in burst:
+            self.send(1, pkt)
+        # occupancy seen by burst[i] is i full frames: kmin at i=2, kmax at i=3
+        marked = {3, 5}
+        expected = [
+            ce_marked(routed(p, 2)) if i in marked else routed(p, 2) for i, p in enumerate(burst)
+        ]
+        self.expect_sequence(2, expected)
+        testutils.verify_no_other_packets(self)
+        c = self.switch.port_counters(2)
+        self.assertEqual(c.ce_marks, len(marked))
+        self.assertEqual((c.tx_packets, c.tx_bytes), (1 + len(burst), len(plug) + len(burst) * s))
+        self.assertEqual((c.trims, c.drops), (0, 0))
+
+
+class TrimPriorityTest(ForgiveTest):
+    """DATA that does not fit data_queue_bytes leaves as a 58-byte trimmed header on
+    the high queue; trimmed headers and an ACK overtake the data queued before them."""
+
+    def runTest(self) -> None:
+        self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
+        s = FULL_FRAME
+        self.switch.set_thresholds(2, Thresholds(3 * s, s, 2 * s, 65536))
+        self.throttle(2)
+        plug = self.plug(2, fth_packet("10.0.2.9", seq=0, ecn=NOT_ECT))
+        burst = [fth_packet("10.0.2.9", seq=(i + 1) * PACKET_BYTES, ecn=NOT_ECT) for i in range(5)]
+        ack = fth_packet("10.0.2.9", opcode=Opcode.ACK, payload_len=PACKET_BYTES, seq=4096)
+        for pkt in [*burst, ack]:
+            self.send(1, pkt)
+        # burst[0..2] fill the queue to exactly 3 frames; burst[3], burst[4] do not fit
+        expected = [
+            trimmed(burst[3], 2),
+            trimmed(burst[4], 2),
+            routed(ack, 2),
+            *(routed(p, 2) for p in burst[:3]),
+        ]
+        self.expect_sequence(2, expected)
+        testutils.verify_no_other_packets(self)
+        c = self.switch.port_counters(2)
+        self.assertEqual(c.trims, 2)
+        self.assertEqual(c.tx_packets, 1 + len(burst) + 1)
+        # port_tx counts bytes as received (see docs/dataplane.md): trims count full size
+        self.assertEqual(c.tx_bytes, len(plug) + len(burst) * s + len(ack))
+        self.assertEqual((c.drops, c.ce_marks), (0, 0))
+
+
+class NonFthDropTest(ForgiveTest):
+    """A non-FTH packet that does not fit the data queue is dropped, never trimmed."""
+
+    def runTest(self) -> None:
+        self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
+        s = 1500
+        self.switch.set_thresholds(2, Thresholds(3 * s, 0, 0, 65536))
+        self.throttle(2)
+        self.plug(2, udp_packet("10.0.2.9", s, ident=99))
+        burst = [udp_packet("10.0.2.9", s, ident=i) for i in range(5)]
+        for pkt in burst:
+            self.send(1, pkt)
+        self.expect_sequence(2, [routed(p, 2) for p in burst[:3]])
+        testutils.verify_no_other_packets(self)
+        c = self.switch.port_counters(2)
+        self.assertEqual((c.tx_packets, c.tx_bytes), (4, 4 * s))
+        self.assertEqual((c.drops, c.trims, c.ce_marks), (2, 0, 0))

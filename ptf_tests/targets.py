@@ -1,0 +1,166 @@
+"""Switch targets the PTF suite runs against, behind one small interface.
+
+A target is a process that forwards between the interfaces it is given and
+takes its pipeline and entries over P4Runtime on a gRPC port. Everything else
+the suite needs from a target that P4Runtime cannot express (queue drain
+rates) goes through `set_queue_rate`. Adding a target is writing one subclass
+and decorating it with `@register`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+PRIO_LOW = 0
+"""The data queue. BMv2's priority queueing serves the highest value first."""
+PRIO_HIGH = 1
+"""Transport control and trimmed headers."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a running switch lives: enough to reach it from another process."""
+
+    netns: str
+    ports: dict[int, str]
+    """Switch port number -> interface name inside `netns`."""
+    grpc_port: int
+    aux_port: int
+    """A second TCP port for a target's own management channel (BMv2: Thrift)."""
+    log_dir: Path = field(default=Path("/tmp"))
+
+    @property
+    def grpc_addr(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+
+class SwitchTarget(ABC):
+    """One kind of switch. Construct with an Endpoint; `start` only in the harness."""
+
+    name: ClassVar[str]
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+
+    @classmethod
+    @abstractmethod
+    def missing(cls) -> str | None:
+        """Why this target cannot run on this machine, or None if it can."""
+
+    @abstractmethod
+    def start(self, timeout: float = 30.0) -> None:
+        """Start the switch on the endpoint's interfaces, return once P4Runtime listens."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop the switch; safe to call twice or after a failed start."""
+
+    @abstractmethod
+    def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:
+        """Drain one priority queue of `port` at `pps` packets per second (0: unlimited)."""
+
+
+TARGETS: dict[str, type[SwitchTarget]] = {}
+
+
+def register(cls: type[SwitchTarget]) -> type[SwitchTarget]:
+    TARGETS[cls.name] = cls
+    return cls
+
+
+def wait_for_listen(netns: str, port: int, deadline: float, proc: subprocess.Popen) -> None:
+    """Block until something in `netns` listens on TCP `port`, or fail with the reason."""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"switch exited with status {proc.returncode} before listening")
+        out = subprocess.run(
+            ["ip", "netns", "exec", netns, "ss", "-Hltn", f"sport = :{port}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        if out.strip():
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listened on port {port} in {netns} in time")
+
+
+@register
+class Bmv2Target(SwitchTarget):
+    """BMv2 simple_switch_grpc with two strict-priority queues per port."""
+
+    name = "bmv2"
+    BINARY = "simple_switch_grpc"
+    CLI = "simple_switch_CLI"
+    QUEUE_DEPTH_PKTS = 100_000
+    """Far above what any port's data_queue_bytes admits, so BMv2 never drops
+    what the program let in; the program's byte budget is the only limit."""
+
+    def __init__(self, endpoint: Endpoint, log_level: str = "debug") -> None:
+        """`log_level` "off" starts BMv2 without a log file (for benchmarks)."""
+        super().__init__(endpoint)
+        self.log_level = log_level
+        self._proc: subprocess.Popen | None = None
+
+    @classmethod
+    def missing(cls) -> str | None:
+        for tool in (cls.BINARY, cls.CLI):
+            if shutil.which(tool) is None:
+                return f"{tool} not installed"
+        return None
+
+    def start(self, timeout: float = 30.0) -> None:
+        ep = self.endpoint
+        cmd = ["ip", "netns", "exec", ep.netns, self.BINARY, "--device-id", "0"]
+        for port, ifname in sorted(ep.ports.items()):
+            cmd += ["-i", f"{port}@{ifname}"]
+        cmd += ["--thrift-port", str(ep.aux_port), "--log-level", self.log_level]
+        if self.log_level != "off":
+            cmd += ["--log-file", str(ep.log_dir / "bmv2"), "--log-flush"]
+        cmd += [
+            "--no-p4",
+            "--",
+            "--grpc-server-addr",
+            ep.grpc_addr,
+            "--priority-queues",
+            "2",
+        ]
+        with open(ep.log_dir / "bmv2.stdout", "wb") as out:
+            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        wait_for_listen(ep.netns, ep.grpc_port, deadline, self._proc)
+        wait_for_listen(ep.netns, ep.aux_port, deadline, self._proc)
+        self._cli(f"set_queue_depth {self.QUEUE_DEPTH_PKTS}")
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:
+        self._cli(f"set_queue_rate {pps} {port} {priority}")
+
+    def _cli(self, command: str) -> None:
+        ep = self.endpoint
+        res = subprocess.run(
+            ["ip", "netns", "exec", ep.netns, self.CLI, "--thrift-port", str(ep.aux_port)],
+            input=command + "\n",
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if res.returncode != 0 or "Error" in res.stdout or "Invalid" in res.stdout:
+            raise RuntimeError(f"{self.CLI} {command!r} failed: {res.stdout}{res.stderr}".strip())

@@ -1,0 +1,20 @@
+"""Runs the PTF suite (ptf_tests/) against every registered switch target present here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ptf_tests import harness
+from ptf_tests.targets import TARGETS
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_ptf_suite(target: str, tmp_path: Path) -> None:
+    reason = harness.missing_prerequisite(target)
+    if reason:
+        pytest.skip(f"PTF suite on {target}: {reason}")
+    result = harness.run(target, log_dir=tmp_path)
+    assert result.returncode == 0, f"{result.output}\nlogs in {result.log_dir}"
