@@ -87,12 +87,14 @@ def test_pipeline_round_trip_and_cookie(server, client):
 def test_a_p4info_the_model_does_not_implement_is_refused(server, client):
     changed = p4info()
     changed.tables[0].preamble.name = "MyIngress.ipv4_routes"
-    changed.actions[-1].params[0].bitwidth = 16
+    (thresholds,) = [a for a in changed.actions if a.preamble.name == "MyIngress.set_thresholds"]
+    thresholds.params[0].bitwidth = 16
     with pytest.raises(grpc.RpcError) as err:
         client.set_pipeline(changed, b"{}", 8)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "unknown table MyIngress.ipv4_routes" in err.value.details()
     assert "missing table MyIngress.ipv4_lpm" in err.value.details()
+    assert "action MyIngress.set_thresholds has params" in err.value.details()
     assert client.get_pipeline().cookie.cookie == 7
 
 
