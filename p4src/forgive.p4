@@ -193,73 +193,73 @@ control MyIngress(inout headers_t hdr,
     }
 
     apply {
-        if (!hdr.ipv4.isValid()) {
-            drop();
-            return;
-        }
+        /* Read only for routed packets, whose IPv4 header is valid. */
         bool expired = hdr.ipv4.ttl <= 1;
-        if (hdr.udp.isValid()) {
-            meta.l4_src_port = hdr.udp.srcPort;
-            meta.l4_dst_port = hdr.udp.dstPort;
-        }
-
-        switch (ipv4_lpm.apply().action_run) {
-            set_ecmp_group: {
-                if (meta.ecmp_num_members == 0) {
-                    drop();
-                } else {
-                    choose_ecmp_member();
-                    ecmp_nhop.apply();
-                }
-            }
-        }
-        if (meta.routed == 0) {
-            return;
-        }
-        if (expired || standard_metadata.parser_error != error.NoError
-                || standard_metadata.checksum_error == 1) {
-            drop_at_port();
-            return;
-        }
-
-        bool is_fth = hdr.fth.isValid();
-        bool is_data = is_fth && hdr.fth.opcode == FTH_OPCODE_DATA
+        bool malformed = standard_metadata.parser_error != error.NoError
+                         || standard_metadata.checksum_error == 1;
+        bool is_data = hdr.fth.isValid() && hdr.fth.opcode == FTH_OPCODE_DATA
                        && (hdr.fth.flags & FTH_FLAG_TRIMMED) == 0;
-        if (is_fth && !is_data) {
-            send_high();
-            return;
-        }
-
+        /* ACK, NACK, CNP, and DATA already trimmed upstream. */
+        bool is_control = hdr.fth.isValid() && !is_data;
         bit<32> size = standard_metadata.packet_length;
-        if (port_thresholds.apply().hit) {
-            bit<32> occupancy;
-            low_queue_occupancy.read(occupancy, (bit<32>)standard_metadata.egress_spec);
-            if (occupancy + size > meta.data_queue_bytes) {
-                if (is_data) {
-                    trim();
-                } else {
-                    drop_at_port();
-                }
-                return;
+
+        if (hdr.ipv4.isValid()) {
+            if (hdr.udp.isValid()) {
+                meta.l4_src_port = hdr.udp.srcPort;
+                meta.l4_dst_port = hdr.udp.dstPort;
             }
-            if (is_data && hdr.ipv4.ecn != ECN_NOT_ECT && hdr.ipv4.ecn != ECN_CE
-                    && occupancy >= meta.ecn_kmin) {
-                if (occupancy >= meta.ecn_kmax) {
-                    mark_ce();
-                } else {
-                    /* Mark with probability pmax/65536 * (occ-kmin)/(kmax-kmin):
-                     * compare r*(kmax-kmin) < pmax*(occ-kmin), r uniform in [0, 65535]. */
-                    bit<16> r;
-                    random(r, 0, ECN_RANDOM_MAX);
-                    bit<64> lhs = (bit<64>)r * (bit<64>)(meta.ecn_kmax - meta.ecn_kmin);
-                    bit<64> rhs = (bit<64>)meta.ecn_pmax * (bit<64>)(occupancy - meta.ecn_kmin);
-                    if (lhs < rhs) {
-                        mark_ce();
+            switch (ipv4_lpm.apply().action_run) {
+                set_ecmp_group: {
+                    if (meta.ecmp_num_members == 0) {
+                        drop();
+                    } else {
+                        choose_ecmp_member();
+                        ecmp_nhop.apply();
                     }
                 }
             }
+        } else {
+            drop();
         }
-        admit_low(size);
+
+        if (meta.routed == 1) {
+            if (expired || malformed) {
+                drop_at_port();
+            } else if (is_control) {
+                send_high();
+            } else if (!port_thresholds.apply().hit) {
+                admit_low(size);
+            } else {
+                bit<32> occupancy;
+                low_queue_occupancy.read(occupancy, (bit<32>)standard_metadata.egress_spec);
+                if (occupancy + size > meta.data_queue_bytes) {
+                    if (is_data) {
+                        trim();
+                    } else {
+                        drop_at_port();
+                    }
+                } else {
+                    if (is_data && hdr.ipv4.ecn != ECN_NOT_ECT && hdr.ipv4.ecn != ECN_CE
+                            && occupancy >= meta.ecn_kmin) {
+                        if (occupancy >= meta.ecn_kmax) {
+                            mark_ce();
+                        } else {
+                            /* Probability pmax/65536 * (occ-kmin)/(kmax-kmin), without a
+                             * division: r*(kmax-kmin) < pmax*(occ-kmin), r uniform in [0, 65535]. */
+                            bit<16> r;
+                            random(r, 0, ECN_RANDOM_MAX);
+                            bit<64> lhs = (bit<64>)r * (bit<64>)(meta.ecn_kmax - meta.ecn_kmin);
+                            bit<64> rhs = (bit<64>)meta.ecn_pmax
+                                          * (bit<64>)(occupancy - meta.ecn_kmin);
+                            if (lhs < rhs) {
+                                mark_ce();
+                            }
+                        }
+                    }
+                    admit_low(size);
+                }
+            }
+        }
     }
 }
 
