@@ -154,8 +154,9 @@ control MyIngress(inout headers_t hdr,
 
     /* Malformed, expired or over-budget packets that had an egress port. */
     action drop_at_port() {
-        mark_to_drop(standard_metadata);
+        /* Count first: mark_to_drop moves egress_spec to the drop port. */
         port_drops.count((bit<32>)standard_metadata.egress_spec);
+        mark_to_drop(standard_metadata);
     }
 
     action send_high() {

@@ -154,9 +154,21 @@ class Bmv2Target(SwitchTarget):
         self._cli(f"set_queue_rate {pps} {port} {priority}")
 
     def _cli(self, command: str) -> None:
+        """Run one simple_switch_CLI command. The CLI is a Python script: run it with this
+        interpreter, which sees Debian's python3-thrift, not whichever python3 is on PATH."""
         ep = self.endpoint
+        cli = shutil.which(self.CLI) or self.CLI
         res = subprocess.run(
-            ["ip", "netns", "exec", ep.netns, self.CLI, "--thrift-port", str(ep.aux_port)],
+            [
+                "ip",
+                "netns",
+                "exec",
+                ep.netns,
+                sys.executable,
+                cli,
+                "--thrift-port",
+                str(ep.aux_port),
+            ],
             input=command + "\n",
             capture_output=True,
             text=True,
