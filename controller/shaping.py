@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
+import sys
 
 from controller.topology import PortSpec, SwitchSpec
 from switch_model import control
@@ -60,8 +61,9 @@ def apply_shaping(switch: SwitchSpec, ports: dict[int, PortSpec]) -> None:
     cli = shutil.which("simple_switch_CLI")
     if cli is None:
         raise ShapingFailed(f"switch {switch.name}: simple_switch_CLI not found on PATH")
+    # the CLI is a Python script; this interpreter sees Debian's python3-thrift
     result = subprocess.run(
-        [cli, "--thrift-port", str(switch.thrift_port)],
+        [sys.executable, cli, "--thrift-port", str(switch.thrift_port)],
         input="\n".join(commands) + "\n",
         capture_output=True,
         text=True,
