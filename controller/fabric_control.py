@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 from p4.v1 import p4runtime_pb2
 
 from controller.client import SwitchClient
@@ -134,9 +135,15 @@ class FabricController:
         return result + routes
 
     def _sync_pipeline(self, client: SwitchClient) -> bool:
-        current = client.get_pipeline()
-        if current.HasField("cookie") and current.cookie.cookie == self.cookie:
-            return False
+        try:
+            current = client.get_pipeline()
+        except grpc.RpcError as err:
+            # a switch without a pipeline says FAILED_PRECONDITION (BMv2 and the model)
+            if err.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+        else:
+            if current.HasField("cookie") and current.cookie.cookie == self.cookie:
+                return False
         client.set_pipeline(self.p4info, self.device_config, self.cookie)
         return True
 

@@ -164,7 +164,12 @@ class SwitchService(p4runtime_pb2_grpc.P4RuntimeServicer):
         response = p4runtime_pb2.GetForwardingPipelineConfigResponse()
         with self.lock:
             if self.config is None:
-                return response
+                self._abort(
+                    context,
+                    P4RuntimeError(
+                        code_pb2.FAILED_PRECONDITION, "no forwarding pipeline config set"
+                    ),
+                )
             kind = request.response_type
             if kind in (_Get.ALL, _Get.P4INFO_AND_COOKIE):
                 response.config.p4info.CopyFrom(self.config.p4info)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import grpc
 import pytest
 from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import IP, UDP
@@ -211,7 +212,9 @@ def test_unreachable_switch_stops_the_run_before_any_write(fabric, capsys):
     probe = fabric.controller()
     try:
         probe.clients["s1"].connect()
-        assert not probe.clients["s1"].get_pipeline().HasField("p4info")
+        with pytest.raises(grpc.RpcError) as err:
+            probe.clients["s1"].get_pipeline()
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     finally:
         probe.close()
 
