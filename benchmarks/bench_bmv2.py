@@ -2,13 +2,16 @@
 
 Runs, in one namespace and one run, plain `simple_switch` with
 `benchmarks/minimal_forward.p4` (the reference) and `simple_switch_grpc` with
-`p4src/forgive.p4` twice: logging off, and logging at debug level to a file
-as the PTF suite runs it. Each switch is offered full 4154-byte DATA frames
-and 58-byte trimmed headers from a raw socket faster than it can forward; the
-figure is frames per second delivered on the egress veth. Needs root,
-simple_switch, simple_switch_grpc and p4c-bm2-ss (to compile the reference).
+`p4src/forgive.p4`: with logging at debug level to a file (as the PTF suite
+runs it), with the log level off, and, when `--nolog-prefix` holds a BMv2
+built with --disable-logging-macros --disable-elogger, with that build. Each
+switch is offered full 4154-byte DATA frames and 58-byte trimmed headers from
+a raw socket faster than it can forward; the figure is frames per second
+delivered on the egress veth, the median of `--rounds` rounds that visit the
+cases in turn. Needs root, simple_switch, simple_switch_grpc and p4c-bm2-ss
+(to compile the reference).
 
-    sudo .venv/bin/python benchmarks/bench_bmv2.py [--seconds 3]
+    sudo .venv/bin/python benchmarks/bench_bmv2.py [--seconds 3] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -25,13 +28,15 @@ import time
 from dataclasses import dataclass
 from multiprocessing import Process
 from pathlib import Path
+from statistics import median
 
 from ptf_tests.harness import AUX_PORT, BMV2_JSON, GRPC_PORT, P4INFO, namespace
-from ptf_tests.targets import Bmv2Target, Endpoint, wait_for_listen
+from ptf_tests.targets import Bmv2Target, Endpoint, bmv2_cli, wait_for_listen
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_P4 = HERE / "minimal_forward.p4"
 ETH_P_ALL = 0x0003
+SO_RCVBUFFORCE = 33  # linux/socket.h; the socket module does not export it
 DST = "10.0.2.9"
 NHOP_MAC = "02:00:00:00:02:02"
 
@@ -41,13 +46,19 @@ class Case:
     label: str
     program: str  # "forgive" | "reference"
     log_level: str
+    binary: str
 
 
-CASES = (
-    Case("reference (minimal program, simple_switch, log off)", "reference", "off"),
-    Case("forgive.p4, log off", "forgive", "off"),
-    Case("forgive.p4, debug log to file", "forgive", "debug"),
-)
+def cases(nolog_prefix: Path) -> list[Case]:
+    found = [
+        Case("reference: minimal program, simple_switch", "reference", "off", "simple_switch"),
+        Case("forgive.p4, debug log to file", "forgive", "debug", Bmv2Target.BINARY),
+        Case("forgive.p4, log level off", "forgive", "off", Bmv2Target.BINARY),
+    ]
+    nolog = nolog_prefix / "bin" / Bmv2Target.BINARY
+    if nolog.exists():
+        found.append(Case("forgive.p4, BMv2 built without logging", "forgive", "off", str(nolog)))
+    return found
 
 
 def frames() -> dict[str, bytes]:
@@ -91,7 +102,7 @@ def _blast(frame: bytes, seconds: float) -> None:
 def measure(frame: bytes, seconds: float) -> float:
     """Frames per second that come out of pt2 while pt1 is offered `frame` flat out."""
     rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, 64 << 20)
+    rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)
     rx.bind(("pt2", ETH_P_ALL))
     rx.settimeout(1.0)
     sender = Process(target=_blast, args=(frame, seconds))
@@ -144,7 +155,15 @@ def start_reference(ep: Endpoint, json_path: Path) -> subprocess.Popen:
     cmd += ["-i", "1@sw1", "-i", "2@sw2", "--thrift-port", str(ep.aux_port), str(json_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_listen(ep.netns, ep.aux_port, time.monotonic() + 30, proc)
+    bmv2_cli(ep, f"set_queue_depth {Bmv2Target.QUEUE_DEPTH_PKTS}")  # same queues as forgive
     return proc
+
+
+def _run_inner(cmd: list[str]) -> dict[str, float]:
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"measurement failed: {res.stderr.strip().splitlines()[-1:]}")
+    return json.loads(res.stdout)
 
 
 def run_case(case: Case, ep: Endpoint, reference_json: Path, seconds: float) -> dict[str, float]:
@@ -153,18 +172,17 @@ def run_case(case: Case, ep: Endpoint, reference_json: Path, seconds: float) -> 
     if case.program == "reference":
         proc = start_reference(ep, reference_json)
         try:
-            out = subprocess.run(inner_cmd, capture_output=True, text=True, check=True).stdout
+            return _run_inner(inner_cmd)
         finally:
             proc.terminate()
             proc.wait()
     else:
-        switch = Bmv2Target(ep, log_level=case.log_level)
+        switch = Bmv2Target(ep, log_level=case.log_level, binary=case.binary)
         try:
             switch.start()
-            out = subprocess.run(inner_cmd, capture_output=True, text=True, check=True).stdout
+            return _run_inner(inner_cmd)
         finally:
             switch.stop()
-    return json.loads(out)
 
 
 def missing() -> str | None:
@@ -179,6 +197,13 @@ def missing() -> str | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="offered load per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over all cases (median)")
+    parser.add_argument(
+        "--nolog-prefix",
+        type=Path,
+        default=Path("/opt/bmv2-nolog"),
+        help="install prefix of a BMv2 built without logging (case skipped if absent)",
+    )
     parser.add_argument("--inner", choices=("forgive", "reference"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
@@ -195,17 +220,26 @@ def main() -> int:
             ["p4c-bm2-ss", "--arch", "v1model", "-o", str(reference_json), str(REFERENCE_P4)],
             check=True,
         )
-        results: dict[str, dict[str, float]] = {}
+        todo = cases(args.nolog_prefix)
+        samples: dict[str, dict[str, list[float]]] = {c.label: {} for c in todo}
         netns = f"fgbench{os.getpid()}"
         with namespace(netns) as ports:
             ep = Endpoint(netns, ports, GRPC_PORT, AUX_PORT, tmpdir)
-            for case in CASES:
-                results[case.label] = run_case(case, ep, reference_json, args.seconds)
-    reference = results[CASES[0].label]
-    print(f"{'case':<52} {'frame':<22} {'frames/s':>10} {'vs reference':>13}")
-    for case in CASES:
-        for kind, pps in results[case.label].items():
-            print(f"{case.label:<52} {kind:<22} {pps:>10.0f} {pps / reference[kind]:>13.2f}")
+            try:
+                for _ in range(args.rounds):
+                    for case in todo:
+                        for kind, pps in run_case(case, ep, reference_json, args.seconds).items():
+                            samples[case.label].setdefault(kind, []).append(pps)
+            except RuntimeError as exc:
+                print(f"bench_bmv2: {exc}", file=sys.stderr)
+                return 1
+    result = {label: {k: median(v) for k, v in kinds.items()} for label, kinds in samples.items()}
+    reference = result[todo[0].label]
+    print(f"median of {args.rounds} rounds, {args.seconds:g} s of offered load each")
+    print(f"{'case':<44} {'frame':<22} {'frames/s':>10} {'vs reference':>13}")
+    for case in todo:
+        for kind, pps in result[case.label].items():
+            print(f"{case.label:<44} {kind:<22} {pps:>10.0f} {pps / reference[kind]:>13.2f}")
     return 0
 
 

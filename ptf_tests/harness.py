@@ -39,6 +39,7 @@ class RunResult:
     returncode: int
     output: str
     log_dir: Path
+    netns: str
 
 
 def missing_prerequisite(target: str) -> str | None:
@@ -131,7 +132,7 @@ def run(target: str, tests: Sequence[str] = (), log_dir: Path | None = None) -> 
                 cmd += ["--interface", f"{port}@pt{port}"]
             cmd += list(tests)
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            return RunResult(proc.returncode, proc.stdout + proc.stderr, log_dir)
+            return RunResult(proc.returncode, proc.stdout + proc.stderr, log_dir, netns)
         finally:
             switch.stop()
 

@@ -103,10 +103,12 @@ class Bmv2Target(SwitchTarget):
     """Far above what any port's data_queue_bytes admits, so BMv2 never drops
     what the program let in; the program's byte budget is the only limit."""
 
-    def __init__(self, endpoint: Endpoint, log_level: str = "debug") -> None:
-        """`log_level` "off" starts BMv2 without a log file (for benchmarks)."""
+    def __init__(self, endpoint: Endpoint, log_level: str = "debug", binary: str = BINARY) -> None:
+        """`log_level` "off" starts BMv2 without a log file; `binary` may name another
+        build (benchmarks compare one built without logging)."""
         super().__init__(endpoint)
         self.log_level = log_level
+        self.binary = binary
         self._proc: subprocess.Popen | None = None
 
     @classmethod
@@ -118,7 +120,7 @@ class Bmv2Target(SwitchTarget):
 
     def start(self, timeout: float = 30.0) -> None:
         ep = self.endpoint
-        cmd = ["ip", "netns", "exec", ep.netns, self.BINARY, "--device-id", "0"]
+        cmd = ["ip", "netns", "exec", ep.netns, self.binary, "--device-id", "0"]
         for port, ifname in sorted(ep.ports.items()):
             cmd += ["-i", f"{port}@{ifname}"]
         cmd += ["--thrift-port", str(ep.aux_port), "--log-level", self.log_level]
@@ -137,7 +139,7 @@ class Bmv2Target(SwitchTarget):
         deadline = time.monotonic() + timeout
         wait_for_listen(ep.netns, ep.grpc_port, deadline, self._proc)
         wait_for_listen(ep.netns, ep.aux_port, deadline, self._proc)
-        self._cli(f"set_queue_depth {self.QUEUE_DEPTH_PKTS}")
+        bmv2_cli(ep, f"set_queue_depth {self.QUEUE_DEPTH_PKTS}")
 
     def stop(self) -> None:
         if self._proc is None:
@@ -151,32 +153,24 @@ class Bmv2Target(SwitchTarget):
         self._proc = None
 
     def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:
-        self._cli(f"set_queue_rate {pps} {port} {priority}")
+        bmv2_cli(self.endpoint, f"set_queue_rate {pps} {port} {priority}")
 
-    def _cli(self, command: str) -> None:
-        """Run one simple_switch_CLI command. The CLI is a Python script: run it with this
-        interpreter, which sees Debian's python3-thrift, not whichever python3 is on PATH."""
-        ep = self.endpoint
-        cli = shutil.which(self.CLI) or self.CLI
-        res = subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                ep.netns,
-                sys.executable,
-                cli,
-                "--thrift-port",
-                str(ep.aux_port),
-            ],
-            input=command + "\n",
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        if res.returncode != 0 or "Error" in res.stdout or "Invalid" in res.stdout:
-            raise RuntimeError(f"{self.CLI} {command!r} failed: {res.stdout}{res.stderr}".strip())
+
+def bmv2_cli(ep: Endpoint, command: str) -> None:
+    """Run one simple_switch_CLI command against the BMv2 at `ep`. The CLI is a Python
+    script: run it with this interpreter, which sees Debian's python3-thrift, not
+    whichever python3 is first on PATH."""
+    cli = shutil.which(Bmv2Target.CLI) or Bmv2Target.CLI
+    res = subprocess.run(
+        ["ip", "netns", "exec", ep.netns, sys.executable, cli, "--thrift-port", str(ep.aux_port)],
+        input=command + "\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if res.returncode != 0 or "Error" in res.stdout or "Invalid" in res.stdout:
+        raise RuntimeError(f"{Bmv2Target.CLI} {command!r} failed: {res.stdout}{res.stderr}".strip())
 
 
 @register

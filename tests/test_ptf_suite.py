@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,3 +19,5 @@ def test_ptf_suite(target: str, tmp_path: Path) -> None:
         pytest.skip(f"PTF suite on {target}: {reason}")
     result = harness.run(target, log_dir=tmp_path)
     assert result.returncode == 0, f"{result.output}\nlogs in {result.log_dir}"
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert result.netns not in namespaces.split(), "harness left its namespace behind"
