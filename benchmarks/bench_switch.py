@@ -10,7 +10,9 @@ and the measurement are benchmarks/bench_bmv2.py's, so both scripts measure
 the same way). BMv2 runs with logging off, its fastest setting; without
 `simple_switch_grpc` only the model is measured. Needs root.
 
-    sudo .venv/bin/python benchmarks/bench_switch.py [--seconds 3]
+    sudo .venv/bin/python benchmarks/bench_switch.py [--seconds 3] [--rounds 3]
+
+Each round measures every target once; the table shows the median per target.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,23 +53,31 @@ def measure(target: SwitchTarget, seconds: float) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="offered load per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over both targets (median)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench_switch: needs root for network namespaces", file=sys.stderr)
         return 2
     bmv2_missing = Bmv2Target.missing()
-    results: dict[str, dict[str, float]] = {}
+    rounds: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="forgive-bench-switch-") as tmp:
         netns = f"fgbsw{os.getpid()}"
         try:
             with namespace(netns) as ports:
                 ep = Endpoint(netns, ports, GRPC_PORT, AUX_PORT, Path(tmp))
-                results["model"] = measure(ModelTarget(ep), args.seconds)
-                if bmv2_missing is None:
-                    results["bmv2"] = measure(Bmv2Target(ep, log_level="off"), args.seconds)
+                for _ in range(args.rounds):
+                    rounds.setdefault("model", []).append(measure(ModelTarget(ep), args.seconds))
+                    if bmv2_missing is None:
+                        bmv2 = Bmv2Target(ep, log_level="off")
+                        rounds.setdefault("bmv2", []).append(measure(bmv2, args.seconds))
         except (RuntimeError, subprocess.CalledProcessError) as err:
             print(f"bench_switch: {err}", file=sys.stderr)
             return 1
+    results = {
+        target: {kind: statistics.median(r[kind] for r in runs) for kind in runs[0]}
+        for target, runs in rounds.items()
+    }
+    print(f"median of {args.rounds} rounds, {args.seconds:g} s of offered load each")
     print(f"{'frame':<22} {'model frames/s':>15} {'BMv2 frames/s':>15} {'model/BMv2':>11}")
     for kind, model_fps in results["model"].items():
         if "bmv2" in results:

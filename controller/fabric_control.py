@@ -19,7 +19,7 @@ from p4.v1 import p4runtime_pb2
 
 from controller.client import SwitchClient
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, entry_key, load_p4info
-from controller.shaping import apply_shaping
+from controller.shaping import apply_shaping, check_shaping_channel
 from controller.topology import Fabric
 
 LPM_TABLE = "MyIngress.ipv4_lpm"
@@ -67,9 +67,11 @@ class FabricController:
         self.wanted = {name: self.entries(name) for name in fabric.switches}
 
     def connect(self) -> None:
-        """Reach every switch first, so an unreachable one stops the run before any write."""
-        for client in self.clients.values():
+        """Reach every switch and its shaping channel first, so that an unreachable one
+        stops the run before any write."""
+        for name, client in self.clients.items():
             client.connect()
+            check_shaping_channel(self.fabric.switches[name])
 
     def close(self) -> None:
         for client in self.clients.values():

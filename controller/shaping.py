@@ -37,6 +37,20 @@ def bmv2_commands(port: int, spec: PortSpec) -> list[str]:
     return commands
 
 
+def check_shaping_channel(switch: SwitchSpec) -> None:
+    """Raise ShapingFailed unless the switch's rate/buffer channel answers (model) or its
+    CLI is installed (BMv2)."""
+    if switch.target == "model":
+        try:
+            control.request(switch.control, {"cmd": "stats"})
+        except (OSError, ValueError) as err:
+            raise ShapingFailed(
+                f"switch {switch.name}: control socket {switch.control}: {err}"
+            ) from None
+    elif shutil.which("simple_switch_CLI") is None:
+        raise ShapingFailed(f"switch {switch.name}: simple_switch_CLI not found on PATH")
+
+
 def apply_shaping(switch: SwitchSpec, ports: dict[int, PortSpec]) -> None:
     """Set every port's rate and buffer on one switch; raise ShapingFailed with the reason."""
     if switch.target == "model":

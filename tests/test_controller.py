@@ -11,7 +11,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from controller import cli
-from controller.client import SwitchUnreachable
+from controller.client import SwitchClient, SwitchUnreachable
 from controller.fabric_control import FabricController
 from controller.p4info import ConfigError
 from controller.shaping import bmv2_commands
@@ -259,7 +259,24 @@ def test_bmv2_shaping_is_in_packets_of_a_full_data_frame():
 
 
 def test_unreachable_address_gives_a_clear_error():
-    from controller.client import SwitchClient
-
     with pytest.raises(SwitchUnreachable, match=r"s9 at 127\.0\.0\.1:\d+ did not answer"):
         SwitchClient("s9", f"127.0.0.1:{free_tcp_port()}", timeout=0.5).connect()
+
+
+@netns
+def test_wrong_control_socket_is_refused_before_any_write(fabric, capsys):
+    desc = description(fabric.s1, fabric.s2)
+    desc["switches"]["s2"]["control"] = str(fabric.tmp_path / "nowhere.sock")
+    path = fabric.write(desc)
+    args = ["--p4info", str(p4info_path()), "--device-config", str(fabric.tmp_path / "dev.json")]
+    assert cli.main(["apply", path, *args]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "s2" in err[0] and "control socket" in err[0]
+    probe = SwitchClient("s1", fabric.s1.grpc, 1, election_id=2)
+    try:
+        probe.connect()
+        with pytest.raises(grpc.RpcError) as missing:
+            probe.get_pipeline()
+        assert missing.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        probe.close()
