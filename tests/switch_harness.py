@@ -225,3 +225,55 @@ class ModelProcess:
         control.request(
             self.control, {"cmd": "set_queue_rate", "port": port, "priority": priority, "pps": pps}
         )
+
+
+def device_config() -> bytes:
+    """forgive.json for BMv2 (the model ignores the device config)."""
+    return BUILT_JSON.read_bytes() if BUILT_JSON.exists() else b"{}"
+
+
+@dataclass
+class Bmv2Process:
+    """BMv2 `simple_switch_grpc` on veth switch ends in this namespace, logging off."""
+
+    interfaces: dict[int, str]
+    device_id: int = 1
+    grpc_port: int = field(default_factory=free_tcp_port)
+    thrift_port: int = field(default_factory=free_tcp_port)
+    proc: subprocess.Popen | None = None
+
+    @staticmethod
+    def missing() -> str | None:
+        return None if shutil.which("simple_switch_grpc") else "simple_switch_grpc not installed"
+
+    @property
+    def grpc(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def __enter__(self) -> Bmv2Process:
+        cmd = ["simple_switch_grpc", "--device-id", str(self.device_id), "--no-p4"]
+        for port, ifname in sorted(self.interfaces.items()):
+            cmd += ["-i", f"{port}@{ifname}"]
+        cmd += ["--thrift-port", str(self.thrift_port), "--log-level", "off"]
+        cmd += ["--", "--grpc-server-addr", self.grpc, "--priority-queues", "2"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"simple_switch_grpc exited with {self.proc.returncode}")
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.grpc_port)) == 0:
+                    return self
+            time.sleep(0.1)
+        self.__exit__()
+        raise RuntimeError("simple_switch_grpc did not listen in time")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
