@@ -119,8 +119,8 @@ class Dataplane:
                             n = recv_into(buf)
                         except BlockingIOError:
                             break
-                        self.rx_frames += 1
                         port = process(buf[:n])
+                        self.rx_frames += 1
                         if port is not None:
                             busy.add(port)
                 if busy:
@@ -135,14 +135,16 @@ class Dataplane:
             number = port.number
             while (item := port.pop_due(now)) is not None:
                 frame, received = item
+                # counted before it leaves, as the egress pipeline counts on BMv2
+                counters.tx_packets[number] += 1
+                counters.tx_bytes[number] += received
                 try:
                     send(frame)
                 except OSError as err:
                     log.debug("send on %s failed: %s", port.ifname, err)
+                    counters.tx_packets[number] -= 1
+                    counters.tx_bytes[number] -= received
                     counters.drops[number] += 1
-                    continue
-                counters.tx_packets[number] += 1
-                counters.tx_bytes[number] += received
             if not port.high and not port.low:
                 busy.discard(port)
 

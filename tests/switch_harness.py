@@ -221,6 +221,14 @@ class ModelProcess:
     def set_port(self, port: int, **settings) -> None:
         control.request(self.control, {"cmd": "set_port", "port": port, **settings})
 
+    def wait_received(self, frames: int, timeout: float = 5.0) -> None:
+        """Block until the switch has taken in `frames` frames (its pipeline has seen them)."""
+        deadline = time.monotonic() + timeout
+        while self.stats()["rx_frames"] < frames:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"switch took in {self.stats()['rx_frames']} of {frames}")
+            time.sleep(0.02)
+
     def queue_rate(self, port: int, priority: int, pps: float) -> None:
         control.request(
             self.control, {"cmd": "set_queue_rate", "port": port, "priority": priority, "pps": pps}

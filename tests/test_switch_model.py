@@ -155,6 +155,7 @@ def test_unrouted_and_ttl_expired_are_dropped(rig):
     rig.route("10.0.2.0", 24, 2)
     rig.port(1).send(data_frame(dst="10.9.9.9", payload=100))
     rig.port(1).send(data_frame(ttl=1, payload=100))
+    rig.model.wait_received(2)
     assert rig.port(2).receive(timeout=0.3) == []
     dropped = rig.model.stats()["dropped"]
     assert dropped == {"no route": 1, "TTL expired": 1}
@@ -234,6 +235,7 @@ def test_ecn_probability_follows_the_red_ramp(rig):
     rig.model.set_port(2, rate_bps=100_000)
     for _ in range(41):
         rig.port(1).send(frame)
+    rig.model.wait_received(41)
     marks = rig.counter("MyIngress.port_ce_marks", 2)[0]
     # a backlog of i frames marks the next one with probability pmax*(occ-kmin)/(kmax-kmin)
     # below kmax and certainly from kmax on: about 0.5*9.5 + 20 over the burst.
