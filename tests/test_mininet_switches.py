@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
+import time
 
 import pytest
 
 from tests.switch_harness import can_use_netns, p4info_path
 
 pytestmark = [pytest.mark.netns]
+
+UDP_RECEIVER = (
+    "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+    "s.bind(('0.0.0.0', 5000)); s.settimeout(5); print(s.recv(100).decode())"
+)
+UDP_SENDER = (
+    "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
+    ".sendto(b'forgive over udp', ('{dst}', 5000))"
+)
 
 
 def _skip_reason() -> str | None:
@@ -73,6 +85,13 @@ def test_two_switch_fabric_forwards_over_parallel_links(targets, tmp_path):
                 assert stats["ports"]["3"]["low_capacity"] == 8 << 20
             output = h1.cmd("ping -c 4 -i 0.2 -W 2", h2.IP())
             assert " 0% packet loss" in output, output
+            # a kernel UDP socket's datagram (checksum and all) arrives intact
+            receiver = h2.popen(
+                [sys.executable, "-c", UDP_RECEIVER], stdout=subprocess.PIPE, text=True
+            )
+            time.sleep(0.3)
+            h1.cmd(sys.executable, "-c", repr(UDP_SENDER.format(dst=h2.IP())))
+            assert receiver.communicate(timeout=10)[0].strip() == "forgive over udp"
             s1_rows = controller.counters("s1")
             # s1 port 1 faces h1 (the echo replies), ports 2 and 3 face s2
             assert s1_rows[1]["tx_packets"] >= 4

@@ -81,13 +81,20 @@ class ForgiveSwitch(Switch):
         """This switch as an entry of a fabric description's "switches"."""
         raise NotImplementedError
 
+    def _offloads_off(self) -> None:
+        """Checksum and segmentation offloads off on both ends of every link, so frames cross
+        the switch as sent (a raw socket would otherwise see partial UDP checksums and
+        super-frames from a host's kernel)."""
+        args = " ".join(f"{o} off" for o in OFFLOADS)
+        for intf in self.intfList():
+            link = getattr(intf, "link", None)
+            if link is None:
+                continue
+            for end in (link.intf1, link.intf2):
+                end.node.cmd(f"ethtool -K {end.name} {args} >/dev/null 2>&1")
+
     def start(self, controllers) -> None:
-        for ifname in self.port_interfaces().values():
-            subprocess.run(
-                ["ethtool", "-K", ifname, *(x for o in OFFLOADS for x in (o, "off"))],
-                capture_output=True,
-                check=False,
-            )
+        self._offloads_off()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
