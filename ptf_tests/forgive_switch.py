@@ -32,7 +32,6 @@ FULL_FRAME = 14 + 20 + 8 + 16 + PACKET_BYTES
 THROTTLED_PPS = 2
 """Low-queue drain rate while a test needs a standing queue: one slot every 0.5 s,
 far longer than the switch takes to take in a burst."""
-ALL_PORTS = (1, 2, 3, 4)
 
 
 def nhop_mac(port: int) -> str:
@@ -128,6 +127,7 @@ class ForgiveTest(BaseTest):
         self.target = TARGETS[params["target"]](endpoint)
         self.switch = SwitchSession(endpoint.grpc_addr, params["p4info"], params["device_config"])
         self.throttled: list[int] = []
+        self.pps = THROTTLED_PPS
 
     def tearDown(self) -> None:
         for port in self.throttled:
@@ -135,39 +135,46 @@ class ForgiveTest(BaseTest):
         # a failed test can leave packets queued on their old schedule: let them out
         # here rather than into the next test
         while self.throttled and isinstance(
-            testutils.dp_poll(self, timeout=1.5 / THROTTLED_PPS), self.dataplane.PollSuccess
+            testutils.dp_poll(self, timeout=1.5 / self.pps), self.dataplane.PollSuccess
         ):
             pass
         self.switch.close()
         BaseTest.tearDown(self)
 
-    def throttle(self, port: int) -> None:
-        self.target.set_queue_rate(port, THROTTLED_PPS, PRIO_LOW)
+    def throttle(self, port: int, pps: int = THROTTLED_PPS) -> None:
+        self.target.set_queue_rate(port, pps, PRIO_LOW)
         self.throttled.append(port)
+        self.pps = pps
 
     def send(self, port: int, pkt: Packet) -> None:
         testutils.send_packet(self, port, pkt)
 
+    def receive(self, port: int, count: int) -> list[bytes]:
+        """The next `count` packets out of `port`, in order; fails if any never comes."""
+        got = []
+        for i in range(count):
+            res = testutils.dp_poll(self, port_number=port, timeout=2 + count / self.pps)
+            self.assertIsInstance(
+                res, self.dataplane.PollSuccess, f"packet {i} of {count} never left port {port}"
+            )
+            got.append(bytes(res.packet))
+        return got
+
     def expect_sequence(self, port: int, expected: list[Packet]) -> None:
         """The next packets out of `port`, in this order and byte for byte."""
-        timeout = 2 + len(expected) / THROTTLED_PPS
-        for i, exp in enumerate(expected):
-            res = testutils.dp_poll(self, port_number=port, timeout=timeout)
-            self.assertIsInstance(
-                res,
-                self.dataplane.PollSuccess,
-                f"packet {i} of {len(expected)} never left port {port}",
-            )
+        for i, (got, exp) in enumerate(
+            zip(self.receive(port, len(expected)), expected, strict=True)
+        ):
             self.assertEqual(
-                bytes(res.packet).hex(),
+                got.hex(),
                 bytes(exp).hex(),
                 f"packet {i} out of port {port} differs:\n"
-                f"got      {Ether(bytes(res.packet)).summary()}\nexpected {exp.summary()}",
+                f"got      {Ether(got).summary()}\nexpected {exp.summary()}",
             )
 
     def plug(self, port: int, pkt: Packet) -> Packet:
         """Send one packet through the throttled `port` and wait for it: the queue is
-        empty and its next slot half a second away."""
+        empty and its next slot a full period (1/pps) away."""
         self.send(1, pkt)
         out = routed(pkt, port)
         self.expect_sequence(port, [out])
@@ -251,6 +258,35 @@ class EcnMarkingTest(ForgiveTest):
         self.assertEqual(c.ce_marks, len(marked))
         self.assertEqual((c.tx_packets, c.tx_bytes), (1 + len(burst), len(plug) + len(burst) * s))
         self.assertEqual((c.trims, c.drops), (0, 0))
+
+
+class EcnBandTest(ForgiveTest):
+    """Between ecn_kmin and ecn_kmax the mark is drawn per packet: with the marking
+    probability between 0.5 and 0.95 across a burst, some packets are marked and
+    some are not, and the counter agrees with what came out."""
+
+    def runTest(self) -> None:
+        self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
+        s = FULL_FRAME
+        self.switch.set_thresholds(2, Thresholds(100 * s, 0, 4 * s, 65536))
+        self.throttle(2, pps=10)
+        self.plug(2, fth_packet("10.0.2.9", ecn=NOT_ECT))
+        # two unmarkable full frames hold the occupancy at 2 frames (probability 0.5);
+        # 30 small ECT packets then climb towards 4 frames
+        prefill = [fth_packet("10.0.2.9", seq=i * PACKET_BYTES, ecn=NOT_ECT) for i in (1, 2)]
+        small = [fth_packet("10.0.2.9", seq=i * 200, payload_len=200) for i in range(30)]
+        for pkt in [*prefill, *small]:
+            self.send(1, pkt)
+        got = self.receive(2, len(prefill) + len(small))
+        self.assertEqual(got[:2], [bytes(routed(p, 2)) for p in prefill])
+        marked = 0
+        for i, (out, pkt) in enumerate(zip(got[2:], small, strict=True)):
+            plain, ce = bytes(routed(pkt, 2)), bytes(ce_marked(routed(pkt, 2)))
+            self.assertIn(out, (plain, ce), f"small packet {i} altered beyond ECN")
+            marked += out == ce
+        self.assertTrue(0 < marked < len(small), f"{marked} of {len(small)} marked")
+        testutils.verify_no_other_packets(self)
+        self.assertEqual(self.switch.port_counters(2).ce_marks, marked)
 
 
 class TrimPriorityTest(ForgiveTest):

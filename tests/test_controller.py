@@ -9,6 +9,13 @@ import pytest
 from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
+from switch_harness import (
+    ModelProcess,
+    VethSet,
+    can_use_netns,
+    free_tcp_port,
+    p4info_path,
+)
 
 from controller import cli
 from controller.client import SwitchClient, SwitchUnreachable
@@ -17,13 +24,6 @@ from controller.p4info import ConfigError
 from controller.shaping import bmv2_commands
 from controller.topology import PortSpec, parse, switch_port_mac
 from host_agent.wire import FORGIVE_UDP_PORT
-from tests.switch_harness import (
-    ModelProcess,
-    VethSet,
-    can_use_netns,
-    free_tcp_port,
-    p4info_path,
-)
 
 netns = pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns()))
 

@@ -8,8 +8,7 @@ import sys
 import time
 
 import pytest
-
-from tests.switch_harness import can_use_netns, p4info_path
+from switch_harness import can_use_netns, p4info_path
 
 pytestmark = [pytest.mark.netns]
 

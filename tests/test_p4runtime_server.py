@@ -5,13 +5,13 @@ from __future__ import annotations
 import grpc
 import pytest
 from p4.v1 import p4runtime_pb2
+from switch_harness import free_tcp_port, p4info
 
 from controller.client import SwitchClient, SwitchUnreachable, WriteFailed
 from controller.p4info import P4InfoIndex
 from switch_model.crc16 import crc16
 from switch_model.dataplane import Dataplane
 from switch_model.p4runtime_server import SwitchService, serve
-from tests.switch_harness import free_tcp_port, p4info
 
 _Update = p4runtime_pb2.Update
 

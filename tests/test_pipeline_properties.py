@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
+from switch_harness import p4info
 
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
@@ -17,7 +18,6 @@ from switch_model.pipeline import Pipeline
 from switch_model.queues import EgressPort, PortCounters
 from switch_model.surface import load_pipeline
 from switch_model.tables import TableStore
-from tests.switch_harness import p4info
 
 INFO = p4info()
 INDEX = P4InfoIndex(INFO)

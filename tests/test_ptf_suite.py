@@ -21,3 +21,8 @@ def test_ptf_suite(target: str, tmp_path: Path) -> None:
     assert result.returncode == 0, f"{result.output}\nlogs in {result.log_dir}"
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert result.netns not in namespaces.split(), "harness left its namespace behind"
+
+
+def test_unknown_target_is_refused_in_one_line() -> None:
+    reason = harness.missing_prerequisite("tofino")
+    assert reason is not None and "\n" not in reason and "bmv2" in reason

@@ -13,13 +13,13 @@ import random
 import pytest
 from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.l2 import Ether
+from switch_harness import ModelProcess, VethSet, can_use_netns, p4info
 
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
 from host_agent.wire import FORGIVE_UDP_PORT, PACKET_BYTES, TRIMMED_FRAME_LEN, Flag, Opcode
 from switch_model.crc16 import crc16
-from tests.switch_harness import ModelProcess, VethSet, can_use_netns, p4info
 
 pytestmark = [
     pytest.mark.netns,

@@ -10,12 +10,7 @@ import pytest
 from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import Ether
-
-from controller.client import SwitchClient
-from controller.p4info import P4InfoIndex
-from host_agent.scapy_layer import FTH
-from host_agent.wire import FORGIVE_UDP_PORT
-from tests.switch_harness import (
+from switch_harness import (
     Bmv2Process,
     ModelProcess,
     VethSet,
@@ -23,6 +18,11 @@ from tests.switch_harness import (
     device_config,
     p4info,
 )
+
+from controller.client import SwitchClient
+from controller.p4info import P4InfoIndex
+from host_agent.scapy_layer import FTH
+from host_agent.wire import FORGIVE_UDP_PORT
 
 pytestmark = [
     pytest.mark.netns,

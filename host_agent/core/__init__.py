@@ -1,0 +1,23 @@
+"""The FORGIVE protocol as a pure library: no sockets, no clock, no threads.
+
+Bytes and `now` go in; bytes and deadlines come out. The raw-socket agent, the
+switch model's tests and any simulator drive these same objects.
+"""
+
+from host_agent.core.dcqcn import DcqcnParams, DcqcnRate
+from host_agent.core.detector import AccordionDetector, CriticalRegimeDetector, StaticSchedule
+from host_agent.core.receiver import ForgiveReceiver, ReceiverPolicy
+from host_agent.core.sender import EXEMPT, OBEYING, ForgiveSender
+
+__all__ = [
+    "EXEMPT",
+    "OBEYING",
+    "AccordionDetector",
+    "CriticalRegimeDetector",
+    "DcqcnParams",
+    "DcqcnRate",
+    "ForgiveReceiver",
+    "ForgiveSender",
+    "ReceiverPolicy",
+    "StaticSchedule",
+]

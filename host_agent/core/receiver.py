@@ -1,0 +1,373 @@
+"""The FORGIVE receiver: scoreboard, per-step loss budget, forgiveness and the two report flags.
+
+Each handler mirrors the note's pseudo-code of the same name (OnStepBegin,
+OnAllReduceComplete, Unsettled, Flags, Repair, OnTrimmedHeader) and the
+arrival table; the comments name the table row or branch a line implements.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from host_agent.core.scoreboard import SETTLED, RangeMap, State
+from host_agent.wire import (
+    FTH_LEN,
+    FTH_STRUCT,
+    FTH_VERSION,
+    PACKET_BYTES,
+    Flag,
+    MalformedPacket,
+    Opcode,
+    check_fields,
+)
+
+_VO_ACK = (FTH_VERSION << 4) | Opcode.ACK
+_VO_NACK = (FTH_VERSION << 4) | Opcode.NACK
+_VO_CNP = (FTH_VERSION << 4) | Opcode.CNP
+_VO_DATA = (FTH_VERSION << 4) | Opcode.DATA
+_ELIGIBLE = int(Flag.ELIGIBLE)
+_EXHAUSTED = int(Flag.EXHAUSTED)
+_ECE = int(Flag.ECE)
+_TRIMMED = int(Flag.TRIMMED)
+
+
+@dataclass(frozen=True)
+class ReceiverPolicy:
+    """The note's parameters (P_low, P_high, P) plus the switches the policy variants need.
+
+    `vesting=False` makes the whole budget available at step start (the note's
+    full-budget comparison); `exemption=False` keeps forgiveness but never lets a
+    sender ignore congestion signals. `cnp_interval` is DCQCN's notification-point
+    interval: at most one CNP per flow per interval.
+    """
+
+    p_low: float = 0.005
+    p_high: float = 0.1
+    forgive_prob: float = 1.0
+    seed: int = 0
+    vesting: bool = True
+    exemption: bool = True
+    cnp_interval: float = 50e-6
+    keep_payload: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("p_low", "p_high", "forgive_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {value}")
+        for name in ("p_low", "p_high"):
+            if getattr(self, name) >= 1.0:
+                raise ValueError(f"{name} must be below 1, got {getattr(self, name)}")
+        if self.cnp_interval < 0:
+            raise ValueError(f"cnp_interval must be >= 0, got {self.cnp_interval}")
+
+
+@dataclass
+class StepEntry:
+    """Per-step state at one receiving rank (the note's `steps[step]`)."""
+
+    p: float
+    budget: int
+    expected: int
+    p_exact: Fraction
+    received: int = 0
+    forgiven: int = 0
+    outstanding: int = 0
+    open: bool = True
+    excess: int = 0
+    """Gradient bytes beyond `expected`: received, but never credited to vesting."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "p": self.p,
+            "budget": self.budget,
+            "expected": self.expected,
+            "received": self.received,
+            "forgiven": self.forgiven,
+            "outstanding": self.outstanding,
+            "open": self.open,
+            "excess": self.excess,
+        }
+
+
+@dataclass
+class RxFlow:
+    flow_id: int
+    step: int | None
+    gradient: bool
+    exemption_eligible: bool
+    rcv_nxt: int = 0
+    total: int | None = None
+    scoreboard: RangeMap = field(default_factory=RangeMap)
+    buffer: bytearray | None = None
+    complete: bool = False
+    received_bytes: int = 0
+    forgiven_bytes: int = 0
+    trims: int = 0
+    ce_marks: int = 0
+    cnps_sent: int = 0
+    last_cnp: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rcv_nxt": self.rcv_nxt,
+            "exemption_eligible": self.exemption_eligible,
+            "complete": self.complete,
+            "total": self.total,
+            "step": self.step,
+            "gradient": self.gradient,
+            "received_bytes": self.received_bytes,
+            "forgiven_bytes": self.forgiven_bytes,
+            "trims": self.trims,
+            "ce_marks": self.ce_marks,
+            "cnps_sent": self.cnps_sent,
+            "requested_bytes": sum(e - s for s, e, st in self.scoreboard if st not in SETTLED),
+            "outstanding_bytes": self.scoreboard.count(State.OUTSTANDING),
+        }
+
+
+class ForgiveReceiver:
+    """Sans-IO receiver: `receive` takes FTH bytes and returns the FTH replies to send back."""
+
+    def __init__(self, policy: ReceiverPolicy | None = None) -> None:
+        self.policy = policy or ReceiverPolicy()
+        self._rng = random.Random(self.policy.seed)
+        self._steps: dict[int, StepEntry] = {}
+        self._flows: dict[int, RxFlow] = {}
+        self._completed: list[int] = []
+        self.stats = {"malformed": 0, "unknown_flow": 0, "data": 0, "trimmed": 0, "duplicate": 0}
+
+    # -- the host-local facts -------------------------------------------------
+
+    def begin_step(self, step: int, critical: bool, expected_bytes: int) -> None:
+        """OnStepBegin: the detector's verdict picks p; the budget is p times the expected bytes."""
+        if step in self._steps:
+            raise ValueError(f"step {step} has already begun")
+        if expected_bytes < 0:
+            raise ValueError(f"expected_bytes must be >= 0, got {expected_bytes}")
+        p = self.policy.p_low if critical else self.policy.p_high
+        exact = Fraction(str(p))
+        self._steps[step] = StepEntry(
+            p=p, budget=int(exact * expected_bytes), expected=expected_bytes, p_exact=exact
+        )
+
+    def complete_step(self, step: int) -> None:
+        """OnAllReduceComplete: the step's budget closes and never reopens."""
+        entry = self._steps.get(step)
+        if entry is not None:
+            entry.open = False
+
+    def register_flow(self, flow_id: int, step: int | None = None, gradient: bool = False) -> None:
+        """StepOf and IsGradientAllReduce; exemption eligibility is fixed here, once."""
+        if flow_id in self._flows:
+            raise ValueError(f"flow {flow_id} is already registered")
+        entry = self._steps.get(step) if step is not None else None
+        eligible = (
+            self.policy.exemption and gradient and entry is not None and entry.open and entry.p > 0
+        )
+        self._flows[flow_id] = RxFlow(flow_id, step, gradient, eligible)
+
+    def forget_flow(self, flow_id: int) -> None:
+        self._flows.pop(flow_id, None)
+
+    # -- inspection -----------------------------------------------------------
+
+    def step_state(self, step: int) -> dict[str, Any] | None:
+        entry = self._steps.get(step)
+        return None if entry is None else entry.as_dict()
+
+    def flow_state(self, flow_id: int) -> dict[str, Any] | None:
+        flow = self._flows.get(flow_id)
+        return None if flow is None else flow.as_dict()
+
+    def flow_ranges(self, flow_id: int) -> list[tuple[int, int, str]]:
+        """The scoreboard above rcv_nxt, with both Requested kinds shown as 'requested'."""
+        names = {
+            State.REQUESTED: "requested",
+            State.OUTSTANDING: "requested",
+            State.FORGIVEN: "forgiven",
+            State.RECEIVED: "received",
+        }
+        return [(s, e, names[st]) for s, e, st in self._flows[flow_id].scoreboard]
+
+    def take_completed(self) -> list[int]:
+        done, self._completed = self._completed, []
+        return done
+
+    def payload(self, flow_id: int) -> bytes:
+        """The flow's bytes as delivered; forgiven ranges read as zeros."""
+        flow = self._flows[flow_id]
+        return bytes(flow.buffer) if flow.buffer is not None else b""
+
+    # -- the data path --------------------------------------------------------
+
+    def receive(self, buf: bytes, ce: bool, now: float) -> list[bytes]:
+        """One arriving FTH packet (DATA, possibly trimmed); returns ACK, NACK and CNP packets."""
+        if len(buf) < FTH_LEN:
+            self.stats["malformed"] += 1
+            return []
+        vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
+        try:
+            check_fields(vo >> 4, vo & 0x0F, flags, length, seq, aux, len(buf) - FTH_LEN)
+        except MalformedPacket:
+            self.stats["malformed"] += 1
+            return []
+        if vo != _VO_DATA:
+            # Receivers take DATA only; control for our own sends goes to the sender.
+            self.stats["malformed"] += 1
+            return []
+        flow = self._flows.get(flow_id)
+        if flow is None:
+            self.stats["unknown_flow"] += 1
+            return []
+        if flow.total is None:
+            flow.total = aux
+            if self.policy.keep_payload:
+                flow.buffer = bytearray(aux)
+        elif flow.total != aux:
+            self.stats["malformed"] += 1
+            return []
+
+        replies: list[bytes] = []
+        if ce:
+            flow.ce_marks += 1
+            if flow.last_cnp is None or now - flow.last_cnp >= self.policy.cnp_interval:
+                flow.last_cnp = now
+                flow.cnps_sent += 1
+                replies.append(FTH_STRUCT.pack(_VO_CNP, 0, 0, flow_id, 0, 0))
+        end = seq + length
+        if flags & _TRIMMED:
+            self.stats["trimmed"] += 1
+            flow.trims += 1
+            replies.append(self._on_trimmed_header(flow, seq, end, ce))
+        else:
+            self.stats["data"] += 1
+            self._on_data(flow, seq, end, buf, ce, replies)
+        if not flow.complete and flow.rcv_nxt >= flow.total:
+            flow.complete = True
+            self._completed.append(flow_id)
+        return replies
+
+    def _on_data(
+        self, flow: RxFlow, seq: int, end: int, buf: bytes, ce: bool, replies: list[bytes]
+    ) -> None:
+        """The arrival table's right-hand column: absent/Requested -> Received; settled stays."""
+        entry = self._steps.get(flow.step) if flow.gradient else None
+        if not flow.scoreboard and seq == flow.rcv_nxt:
+            # The common case: in order, nothing pending above. Absent -> Received.
+            fresh = [(seq, end)]
+            flow.rcv_nxt = end
+            newly, was_outstanding = end - seq, 0
+        elif end <= flow.rcv_nxt:
+            # Everything here is settled already: Received -> Received, ACK; a Forgiven
+            # range keeps its state and the payload is discarded with no credit back.
+            self.stats["duplicate"] += 1
+            fresh, newly, was_outstanding = [], 0, 0
+        else:
+            fresh, newly, was_outstanding = [], 0, 0
+            for s, e, state in flow.scoreboard.pieces(max(seq, flow.rcv_nxt), end):
+                if state in SETTLED:
+                    continue  # Received stays Received; Forgiven discards, no credit back
+                if state is State.OUTSTANDING:
+                    was_outstanding += e - s
+                fresh.append((s, e))
+                newly += e - s
+                flow.scoreboard.assign(s, e, State.RECEIVED)
+            flow.rcv_nxt = flow.scoreboard.pop_settled_prefix(flow.rcv_nxt)
+            if not newly:
+                self.stats["duplicate"] += 1
+        if newly:
+            flow.received_bytes += newly
+            if flow.buffer is not None:
+                for s, e in fresh:
+                    off = FTH_LEN + s - seq
+                    flow.buffer[s:e] = buf[off : off + e - s]
+            if entry is not None:
+                # `received` counts distinct bytes once; bytes beyond what the step said
+                # it would bring are kept out of vesting, so no sender can buy budget.
+                room = entry.expected - entry.received - entry.forgiven
+                credit = newly if newly <= room else max(room, 0)
+                entry.received += credit
+                entry.excess += newly - credit
+                entry.outstanding -= was_outstanding
+        replies.append(self._ack(flow, seq, end - seq, ce, entry))
+
+    def _unsettled(self, flow: RxFlow, lo: int, hi: int) -> list[tuple[int, int, State | None]]:
+        """Unsettled: the bytes of [lo, hi) at or above rcv_nxt neither Received nor Forgiven."""
+        lo = max(lo, flow.rcv_nxt)
+        if lo >= hi:
+            return []
+        return [p for p in flow.scoreboard.pieces(lo, hi) if p[2] not in SETTLED]
+
+    def _flags(self, flow: RxFlow, entry: StepEntry | None) -> int:
+        """Flags: exemption-eligible as fixed at creation; exhausted while the budget cannot
+        cover what is forgiven, what is outstanding and one more packet."""
+        if not flow.exemption_eligible or entry is None:
+            return 0
+        if entry.forgiven + entry.outstanding + PACKET_BYTES > entry.budget:
+            return _ELIGIBLE | _EXHAUSTED
+        return _ELIGIBLE
+
+    def _ack(self, flow: RxFlow, lo: int, length: int, ce: bool, entry: StepEntry | None) -> bytes:
+        flags = self._flags(flow, entry) | (_ECE if ce else 0)
+        return FTH_STRUCT.pack(_VO_ACK, flags, length, flow.flow_id, flow.rcv_nxt, lo)
+
+    def _repair(self, flow: RxFlow, lo: int, hi: int, entry: StepEntry | None) -> bytes:
+        """Repair: mark only the unsettled bytes Requested, then request the whole range."""
+        for s, e, state in self._unsettled(flow, lo, hi):
+            if state is None:
+                flow.scoreboard.assign(s, e, State.REQUESTED)
+        return FTH_STRUCT.pack(
+            _VO_NACK, self._flags(flow, entry), hi - lo, flow.flow_id, lo, flow.rcv_nxt
+        )
+
+    def _on_trimmed_header(self, flow: RxFlow, lo: int, hi: int, ce: bool) -> bytes:
+        """OnTrimmedHeader, branch by branch."""
+        entry = self._steps.get(flow.step) if flow.step is not None else None
+        missing = self._unsettled(flow, lo, hi)
+        # Nothing is missing after all: acknowledge, charge nothing.
+        if not missing:
+            return self._ack(flow, lo, hi - lo, ce, entry)
+        # Only gradients are forgivable.
+        if not flow.gradient:
+            return self._repair(flow, lo, hi, None)
+        # No loss budget is open for this step: nothing to charge.
+        if entry is None or not entry.open:
+            return self._repair(flow, lo, hi, entry)
+        # A range trimmed again is already outstanding: count only its new bytes.
+        length = 0
+        for s, e, state in missing:
+            length += e - s
+            if state is not State.OUTSTANDING:
+                entry.outstanding += e - s
+                flow.scoreboard.assign(s, e, State.OUTSTANDING)
+        if not self._may_forgive(entry, length):
+            return self._repair(flow, lo, hi, entry)
+        # A range the draw refuses charges nothing and stays outstanding.
+        if not self._rng.random() < self.policy.forgive_prob:
+            return self._repair(flow, lo, hi, entry)
+        # Forgiving charges the loss budget once; Forgiven never changes again.
+        entry.forgiven += length
+        entry.outstanding -= length
+        flow.forgiven_bytes += length
+        for s, e, _ in missing:
+            flow.scoreboard.assign(s, e, State.FORGIVEN)
+        flow.rcv_nxt = flow.scoreboard.pop_settled_prefix(flow.rcv_nxt)
+        return self._ack(flow, lo, hi - lo, ce, entry)
+
+    def _may_forgive(self, entry: StepEntry, length: int) -> bool:
+        """The vesting rule, in exact integer arithmetic: forgiven + len <= p*(received +
+        forgiven + len). The budget and the step's expected bytes bound it as well, so
+        no sender that brings more than expected can push forgiven past the budget."""
+        forgiven_after = entry.forgiven + length
+        if forgiven_after > entry.budget:
+            return False
+        if entry.received + forgiven_after > entry.expected:
+            return False
+        if not self.policy.vesting:
+            return True
+        p = entry.p_exact
+        return forgiven_after * p.denominator <= p.numerator * (entry.received + forgiven_after)

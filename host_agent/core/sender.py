@@ -1,0 +1,370 @@
+"""The FORGIVE sender: segmentation, pacing, selective repeat, RTO, DCQCN and the mode bit.
+
+OnFlowStart, OnReport, OnCongestionNotification and OnRetransmissionRequest
+from the note are `open_flow`, `_on_report`, `_on_cnp` and `_on_nack` here.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from host_agent.core.dcqcn import DcqcnParams, DcqcnRate
+from host_agent.core.scoreboard import AckedRanges
+from host_agent.wire import (
+    FTH_LEN,
+    FTH_STRUCT,
+    FTH_VERSION,
+    PACKET_BYTES,
+    TRIMMED_FRAME_LEN,
+    Flag,
+    MalformedPacket,
+    Opcode,
+    check_fields,
+)
+
+OBEYING = "obeying"
+EXEMPT = "exempt"
+_VO_DATA = (FTH_VERSION << 4) | Opcode.DATA
+_ZEROS = bytes(PACKET_BYTES)
+_ELIGIBLE = int(Flag.ELIGIBLE)
+_EXHAUSTED = int(Flag.EXHAUSTED)
+_RETX = int(Flag.RETX)
+_LAST = int(Flag.LAST)
+
+
+@dataclass
+class TxFlow:
+    flow_id: int
+    size: int
+    data: memoryview | None
+    rate: DcqcnRate
+    opened: float
+    next_new: int = 0
+    acked: AckedRanges = field(default_factory=AckedRanges)
+    retx: deque[tuple[int, int]] = field(default_factory=deque)
+    inflight: dict[int, tuple[int, float]] = field(default_factory=dict)
+    sent_order: deque[tuple[float, int, int]] = field(default_factory=deque)
+    next_send_at: float = 0.0
+    scheduled: bool = False
+    rto_armed: bool = False
+    cc_mode: str = OBEYING
+    rto: float = 0.0
+    done: bool = False
+    acked_bytes: int = 0
+    sent_bytes: int = 0
+    retransmitted_bytes: int = 0
+    cnps: int = 0
+    cnps_ignored: int = 0
+    nacks: int = 0
+    rtos: int = 0
+    mode_changes: int = 0
+    exempt_since: float | None = None
+    exempt_time: float = 0.0
+    finished: float | None = None
+
+    def has_work(self) -> bool:
+        return bool(self.retx) or self.next_new < self.size
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cc_mode": self.cc_mode,
+            "rate_bps": self.rate.current,
+            "alpha": self.rate.alpha,
+            "size": self.size,
+            "acked_bytes": self.acked_bytes,
+            "sent_bytes": self.sent_bytes,
+            "retransmitted_bytes": self.retransmitted_bytes,
+            "done": self.done,
+            "cnps": self.cnps,
+            "cnps_ignored": self.cnps_ignored,
+            "nacks": self.nacks,
+            "rtos": self.rtos,
+            "rate_cuts": self.rate.cuts,
+            "mode_changes": self.mode_changes,
+            "exempt_time": self.exempt_time,
+            "opened": self.opened,
+            "finished": self.finished,
+        }
+
+
+class ForgiveSender:
+    """Sans-IO sender: `poll(now)` returns the DATA packets due, `receive` takes feedback.
+
+    The NIC is paced at the line rate and each flow at its DCQCN rate; the
+    retransmission timeout backs off exponentially per flow and resets on progress.
+    """
+
+    def __init__(
+        self,
+        params: DcqcnParams,
+        seed: int = 0,
+        *,
+        rto: float = 1e-3,
+        rto_max: float = 0.2,
+    ) -> None:
+        if rto <= 0 or rto_max < rto:
+            raise ValueError(f"need 0 < rto <= rto_max, got rto={rto}, rto_max={rto_max}")
+        self.params = params
+        self.rng = random.Random(seed)
+        self.rto = rto
+        self.rto_max = rto_max
+        self._flows: dict[int, TxFlow] = {}
+        self._send_heap: list[tuple[float, int]] = []
+        self._rto_heap: list[tuple[float, int]] = []
+        self._nic_free_at = 0.0
+        self._bit_time = 8.0 / params.line_rate_bps
+        self._completed: list[int] = []
+        self.stats = {"malformed": 0, "unknown_flow": 0}
+
+    # -- flows ---------------------------------------------------------------
+
+    def open_flow(
+        self, flow_id: int, size_bytes: int, now: float, data: bytes | None = None
+    ) -> None:
+        """OnFlowStart: every flow obeys congestion control until its first report."""
+        if flow_id in self._flows:
+            raise ValueError(f"flow {flow_id} is already open")
+        if not 0 < size_bytes < 2**32:
+            raise ValueError(f"flow size must lie in 1..2**32-1, got {size_bytes}")
+        if data is not None and len(data) != size_bytes:
+            raise ValueError(f"data has {len(data)} bytes, flow size is {size_bytes}")
+        flow = TxFlow(
+            flow_id,
+            size_bytes,
+            memoryview(data) if data is not None else None,
+            DcqcnRate(self.params, now),
+            opened=now,
+            rto=self.rto,
+        )
+        self._flows[flow_id] = flow
+        self._schedule(flow, now)
+
+    def close_flow(self, flow_id: int) -> None:
+        self._flows.pop(flow_id, None)
+
+    def flow_state(self, flow_id: int) -> dict[str, Any] | None:
+        flow = self._flows.get(flow_id)
+        return None if flow is None else flow.as_dict()
+
+    def take_completed(self) -> list[int]:
+        done, self._completed = self._completed, []
+        return done
+
+    # -- timing --------------------------------------------------------------
+
+    def _schedule(self, flow: TxFlow, at: float) -> None:
+        if not flow.scheduled and not flow.done and flow.has_work():
+            flow.scheduled = True
+            flow.next_send_at = max(flow.next_send_at, at)
+            heapq.heappush(self._send_heap, (flow.next_send_at, flow.flow_id))
+
+    def next_deadline(self) -> float | None:
+        """The earliest time at which `poll` has a packet to send or a timer to fire."""
+        best = None
+        while self._send_heap:
+            t, fid = self._send_heap[0]
+            flow = self._flows.get(fid)
+            if flow is None or not flow.scheduled or flow.next_send_at != t:
+                heapq.heappop(self._send_heap)
+                continue
+            best = max(t, self._nic_free_at)
+            break
+        while self._rto_heap:
+            t, fid = self._rto_heap[0]
+            flow = self._flows.get(fid)
+            if flow is None or flow.done:
+                heapq.heappop(self._rto_heap)
+                continue
+            best = t if best is None else min(best, t)
+            break
+        return best
+
+    def poll(self, now: float) -> list[bytes]:
+        """Fire due retransmission timeouts, then emit every DATA packet due by `now`."""
+        while self._rto_heap and self._rto_heap[0][0] <= now:
+            _, fid = heapq.heappop(self._rto_heap)
+            flow = self._flows.get(fid)
+            if flow is not None and not flow.done:
+                flow.rto_armed = False
+                self._check_rto(flow, now)
+        out: list[bytes] = []
+        heap = self._send_heap
+        while heap and heap[0][0] <= now and self._nic_free_at <= now:
+            t, fid = heapq.heappop(heap)
+            flow = self._flows.get(fid)
+            if flow is None or not flow.scheduled or flow.next_send_at != t:
+                continue
+            flow.scheduled = False
+            packet = self._next_packet(flow, now)
+            if packet is None:
+                continue
+            wire = len(packet) - FTH_LEN + TRIMMED_FRAME_LEN
+            self._nic_free_at = max(self._nic_free_at, now - wire * self._bit_time) + (
+                wire * self._bit_time
+            )
+            gap = wire * 8.0 / flow.rate.rate_at(now)
+            # Pace from the scheduled time, but never bank more than one packet of credit.
+            flow.next_send_at = max(t, now - gap) + gap
+            flow.rate.on_sent(wire, now)
+            out.append(packet)
+            self._schedule(flow, flow.next_send_at)
+        return out
+
+    def _next_packet(self, flow: TxFlow, now: float) -> bytes | None:
+        """Selective repeat: requested or timed-out ranges first, then new data."""
+        flags = 0
+        while flow.retx:
+            lo, hi = flow.retx[0]
+            gap = flow.acked.first_gap(lo, hi)
+            if gap is None:
+                flow.retx.popleft()
+                continue
+            lo = gap[0]
+            hi = min(gap[1], lo + PACKET_BYTES)
+            if hi >= flow.retx[0][1]:
+                flow.retx.popleft()
+            else:
+                flow.retx[0] = (hi, flow.retx[0][1])
+            flags = _RETX
+            flow.retransmitted_bytes += hi - lo
+            break
+        else:
+            if flow.next_new >= flow.size:
+                return None
+            lo = flow.next_new
+            hi = min(lo + PACKET_BYTES, flow.size)
+            flow.next_new = hi
+        if hi == flow.size:
+            flags |= _LAST
+        flow.sent_bytes += hi - lo
+        flow.sent_order.append((now, lo, hi))
+        flow.inflight[lo] = (hi, now)
+        if not flow.rto_armed:
+            flow.rto_armed = True
+            heapq.heappush(self._rto_heap, (now + flow.rto, flow.flow_id))
+        payload = flow.data[lo:hi] if flow.data is not None else _ZEROS[: hi - lo]
+        return FTH_STRUCT.pack(_VO_DATA, flags, hi - lo, flow.flow_id, lo, flow.size) + payload
+
+    def _check_rto(self, flow: TxFlow, now: float) -> None:
+        """Resend only the segments whose timer expired; back off once per expiry."""
+        order = flow.sent_order
+        expired = False
+        while order:
+            sent_at, lo, hi = order[0]
+            live = flow.inflight.get(lo)
+            if live != (hi, sent_at) or flow.acked.first_gap(lo, hi) is None:
+                order.popleft()
+                if live == (hi, sent_at):
+                    del flow.inflight[lo]
+                continue
+            if sent_at + flow.rto > now:
+                break
+            order.popleft()
+            del flow.inflight[lo]
+            flow.retx.append((lo, hi))
+            expired = True
+        if expired:
+            flow.rtos += 1
+            flow.rto = min(flow.rto * 2, self.rto_max)
+            self._schedule(flow, now)
+        if order:
+            flow.rto_armed = True
+            heapq.heappush(self._rto_heap, (order[0][0] + flow.rto, flow.flow_id))
+
+    # -- feedback --------------------------------------------------------------
+
+    def receive(self, buf: bytes, now: float) -> None:
+        """An ACK, NACK or CNP for one of our flows. Anything else is counted and dropped."""
+        if len(buf) < FTH_LEN:
+            self.stats["malformed"] += 1
+            return
+        vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
+        opcode = vo & 0x0F
+        try:
+            check_fields(vo >> 4, opcode, flags, length, seq, aux, len(buf) - FTH_LEN)
+        except MalformedPacket:
+            self.stats["malformed"] += 1
+            return
+        flow = self._flows.get(flow_id)
+        if flow is None:
+            self.stats["unknown_flow"] += 1
+            return
+        if opcode == Opcode.ACK:
+            self._on_report(flow, flags, now)
+            self._on_ack(flow, seq, aux, length, now)
+        elif opcode == Opcode.NACK:
+            self._on_report(flow, flags, now)
+            self._on_nack(flow, seq, length, aux, now)
+        elif opcode == Opcode.CNP:
+            self._on_cnp(flow, now)
+        else:
+            self.stats["malformed"] += 1
+
+    def _on_report(self, flow: TxFlow, flags: int, now: float) -> None:
+        """OnReport: the latest report wins; eligible and not exhausted means exempt."""
+        mode = EXEMPT if flags & _ELIGIBLE and not flags & _EXHAUSTED else OBEYING
+        if mode != flow.cc_mode:
+            flow.mode_changes += 1
+            if mode == EXEMPT:
+                flow.exempt_since = now
+            elif flow.exempt_since is not None:
+                flow.exempt_time += now - flow.exempt_since
+                flow.exempt_since = None
+            flow.cc_mode = mode
+
+    def _settle(self, flow: TxFlow, lo: int, hi: int, now: float) -> None:
+        if hi > flow.size:
+            self.stats["malformed"] += 1
+            return
+        fresh = flow.acked.add(lo, hi)
+        if fresh:
+            flow.acked_bytes += fresh
+            flow.rto = self.rto
+            if flow.acked.una >= flow.size and not flow.done:
+                flow.done = True
+                flow.finished = now
+                if flow.exempt_since is not None:
+                    flow.exempt_time += now - flow.exempt_since
+                    flow.exempt_since = None
+                flow.inflight.clear()
+                flow.sent_order.clear()
+                flow.retx.clear()
+                self._completed.append(flow.flow_id)
+
+    def _on_ack(self, flow: TxFlow, rcv_nxt: int, lo: int, length: int, now: float) -> None:
+        self._settle(flow, 0, rcv_nxt, now)
+        if length:
+            self._settle(flow, lo, lo + length, now)
+        order = flow.sent_order
+        while order and order[0][2] <= flow.acked.una:
+            _, seg_lo, _ = order.popleft()
+            flow.inflight.pop(seg_lo, None)
+
+    def _on_nack(self, flow: TxFlow, lo: int, length: int, rcv_nxt: int, now: float) -> None:
+        """OnRetransmissionRequest: the report is applied already; a NACK cuts the rate
+        only while obeying, and the requested range is resent."""
+        flow.nacks += 1
+        self._settle(flow, 0, rcv_nxt, now)
+        if flow.done:
+            return
+        if flow.cc_mode == OBEYING:
+            flow.rate.reduce(now)
+        hi = min(lo + length, flow.size)
+        if lo >= hi:
+            return
+        # The requested segment is being resent now, so its own timer no longer applies.
+        flow.inflight.pop(lo, None)
+        flow.retx.append((lo, hi))
+        self._schedule(flow, now)
+
+    def _on_cnp(self, flow: TxFlow, now: float) -> None:
+        """OnCongestionNotification: an exempt sender ignores ECN marks as well as trims."""
+        flow.cnps += 1
+        if flow.cc_mode == EXEMPT:
+            flow.cnps_ignored += 1
+            return
+        flow.rate.reduce(now)

@@ -1,0 +1,273 @@
+"""Leaf-spine fabrics: presets, the fabric file format, and the plan they expand into.
+
+A fabric is described at the note's scale (400 Gbps host links, a 4 MiB data
+queue, ECN from 800 KB) and shrunk by one `Scaling`. A fabric file is TOML:
+
+    name = "my-fabric"
+    leaves = 2
+    spines = 1
+    hosts_per_leaf = 2
+    host_link_gbps = 400        # fabric scale
+    spine_link_gbps = 400       # per leaf-spine link
+
+    [switch]                    # fabric scale; all optional
+    data_queue_bytes = 4194304
+    ecn_kmin_bytes = 800000
+    ecn_kmax_bytes = 3200000
+    ecn_pmax = 0.2
+
+    [emulation]                 # all optional
+    host_link_mbps = 20
+    byte_scale = 64
+
+Oversubscription at a leaf is hosts_per_leaf * host_link / (spines * spine_link).
+Every error names the file and the key, in one line, before anything starts.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from topologies.scaling import Scaling, ScalingError
+
+PMAX_ONE = 1 << 16
+"""ecn_pmax as the dataplane takes it: a fraction of 65536."""
+
+
+class FabricError(ValueError):
+    """A fabric description that cannot be built; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class SwitchSettings:
+    data_queue_bytes: int = 4 << 20
+    ecn_kmin_bytes: int = 800_000
+    ecn_kmax_bytes: int = 3_200_000
+    ecn_pmax: float = 0.2
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    name: str
+    leaves: int
+    spines: int
+    hosts_per_leaf: int
+    host_link_gbps: float = 400.0
+    spine_link_gbps: float = 400.0
+    switch: SwitchSettings = field(default_factory=SwitchSettings)
+    scaling: Scaling = field(default_factory=Scaling)
+
+    @property
+    def oversubscription(self) -> float:
+        if self.spines == 0:
+            return 1.0
+        return self.hosts_per_leaf * self.host_link_gbps / (self.spines * self.spine_link_gbps)
+
+    @property
+    def host_count(self) -> int:
+        return self.leaves * self.hosts_per_leaf
+
+
+PRESETS: dict[str, FabricSpec] = {
+    # The note's eight-spines-per-leaf case, scaled down: as many spines as hosts per leaf.
+    "nonblocking": FabricSpec("nonblocking", leaves=2, spines=2, hosts_per_leaf=2),
+    "2to1": FabricSpec("2to1", leaves=2, spines=1, hosts_per_leaf=2),
+    "4to1": FabricSpec("4to1", leaves=2, spines=1, hosts_per_leaf=4),
+    # Every host on one switch: the many-to-one burst converges on one egress port.
+    "incast": FabricSpec("incast", leaves=1, spines=0, hosts_per_leaf=6),
+}
+
+
+def _check(spec: FabricSpec) -> FabricSpec:
+    for key in ("leaves", "hosts_per_leaf"):
+        if getattr(spec, key) < 1:
+            raise FabricError(f"{key} must be >= 1, got {getattr(spec, key)}")
+    if spec.spines < 0:
+        raise FabricError(f"spines must be >= 0, got {spec.spines}")
+    if spec.leaves > 1 and spec.spines == 0:
+        raise FabricError("a fabric with several leaves needs at least one spine")
+    if spec.host_count < 2:
+        raise FabricError("a fabric needs at least two hosts")
+    if spec.leaves > 250 or spec.hosts_per_leaf > 250 or spec.spines > 250:
+        raise FabricError("at most 250 leaves, spines and hosts per leaf")
+    if spec.host_link_gbps <= 0 or spec.spine_link_gbps <= 0:
+        raise FabricError("link rates must be > 0")
+    sw = spec.switch
+    if not 0 < sw.ecn_kmin_bytes <= sw.ecn_kmax_bytes <= sw.data_queue_bytes:
+        raise FabricError("need 0 < ecn_kmin_bytes <= ecn_kmax_bytes <= data_queue_bytes")
+    if not 0 <= sw.ecn_pmax <= 1:
+        raise FabricError(f"ecn_pmax must lie in [0, 1], got {sw.ecn_pmax}")
+    try:
+        spec.scaling.queue(sw.data_queue_bytes, "data_queue_bytes")
+    except ScalingError as err:
+        raise FabricError(str(err)) from None
+    return spec
+
+
+def preset(name: str, scaling: Scaling | None = None) -> FabricSpec:
+    if name not in PRESETS:
+        raise FabricError(f"unknown fabric preset {name!r}; presets: {', '.join(PRESETS)}")
+    spec = PRESETS[name]
+    return _check(replace(spec, scaling=scaling) if scaling else spec)
+
+
+_TOP_KEYS = {"name", "leaves", "spines", "hosts_per_leaf", "host_link_gbps", "spine_link_gbps"}
+_SWITCH_KEYS = {"data_queue_bytes", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax"}
+_EMULATION_KEYS = {"host_link_mbps", "byte_scale"}
+
+
+def _typed(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    value = table[key]
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise FabricError(
+            f"{where}{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+        )
+    return value
+
+
+def parse(doc: dict[str, Any]) -> FabricSpec:
+    unknown = set(doc) - _TOP_KEYS - {"switch", "emulation"}
+    if unknown:
+        raise FabricError(f"unknown key(s) {', '.join(sorted(unknown))}")
+    missing = {"leaves", "spines", "hosts_per_leaf"} - set(doc)
+    if missing:
+        raise FabricError(f"missing key(s) {', '.join(sorted(missing))}")
+    top: dict[str, Any] = {"name": str(doc.get("name", "custom"))}
+    for key in ("leaves", "spines", "hosts_per_leaf"):
+        top[key] = _typed(doc, key, int, "")
+    for key in ("host_link_gbps", "spine_link_gbps"):
+        if key in doc:
+            top[key] = _typed(doc, key, float, "")
+    sections = {}
+    for section, keys in (("switch", _SWITCH_KEYS), ("emulation", _EMULATION_KEYS)):
+        table = doc.get(section, {})
+        if not isinstance(table, dict):
+            raise FabricError(f"[{section}] must be a table")
+        unknown = set(table) - keys
+        if unknown:
+            raise FabricError(f"unknown key(s) in [{section}]: {', '.join(sorted(unknown))}")
+        sections[section] = {
+            k: _typed(
+                table,
+                k,
+                float if k in ("ecn_pmax", "host_link_mbps", "byte_scale") else int,
+                f"[{section}] ",
+            )
+            for k in table
+        }
+    emu = sections["emulation"]
+    try:
+        scaling = Scaling(
+            host_link_bps=emu.get("host_link_mbps", Scaling.host_link_bps / 1e6) * 1e6,
+            byte_scale=emu.get("byte_scale", Scaling.byte_scale),
+        )
+    except ScalingError as err:
+        raise FabricError(str(err)) from None
+    return _check(FabricSpec(**top, switch=SwitchSettings(**sections["switch"]), scaling=scaling))
+
+
+def load(path: str | Path) -> FabricSpec:
+    """Read and validate a fabric file; every failure is a FabricError naming the file."""
+    try:
+        doc = tomllib.loads(Path(path).read_text())
+    except OSError as err:
+        raise FabricError(f"fabric file {path}: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise FabricError(f"fabric file {path}: not TOML: {err}") from None
+    try:
+        return parse(doc)
+    except FabricError as err:
+        raise FabricError(f"fabric file {path}: {err}") from None
+
+
+# -- the plan a spec expands into ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    ip: str
+    mac: str
+    leaf: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Link:
+    a: str
+    a_port: int | None
+    b: str
+    b_port: int
+    rate_bps: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: FabricSpec
+    switches: list[str]
+    hosts: list[Host]
+    links: list[Link]
+
+    def thresholds(self) -> dict[str, int]:
+        sw, sc = self.spec.switch, self.spec.scaling
+        return {
+            "data_queue_bytes": sc.queue(sw.data_queue_bytes, "data_queue_bytes"),
+            "ecn_kmin": sc.size(sw.ecn_kmin_bytes),
+            "ecn_kmax": sc.size(sw.ecn_kmax_bytes),
+            "ecn_pmax": round(sw.ecn_pmax * PMAX_ONE),
+        }
+
+    def controller_description(self, endpoints: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The controller's fabric JSON, given each switch's target and control endpoints."""
+        missing = set(self.switches) - set(endpoints)
+        if missing:
+            raise FabricError(f"no endpoints for switch(es) {', '.join(sorted(missing))}")
+        data_queue = self.thresholds()["data_queue_bytes"]
+        return {
+            "switches": {name: endpoints[name] for name in self.switches},
+            "hosts": {h.name: {"ip": h.ip, "mac": h.mac} for h in self.hosts},
+            "links": [
+                {
+                    "a": link.a if link.a_port is None else f"{link.a}:{link.a_port}",
+                    "b": f"{link.b}:{link.b_port}",
+                    "rate_bps": link.rate_bps,
+                }
+                for link in self.links
+            ],
+            "thresholds": self.thresholds(),
+            # Physical queues hold what the program admits with room to spare; the
+            # program, not the queue, decides when DATA is trimmed.
+            "queues": {"low_queue_bytes": 2 * data_queue, "high_queue_bytes": data_queue},
+        }
+
+
+def plan(spec: FabricSpec) -> Plan:
+    """Name every switch, host and link; ports count from 1, hosts first, then uplinks."""
+    sc = spec.scaling
+    host_rate = sc.rate(spec.host_link_gbps * 1e9)
+    uplink_rate = sc.rate(spec.spine_link_gbps * 1e9)
+    leaves = [f"leaf{i + 1}" for i in range(spec.leaves)]
+    spines = [f"spine{i + 1}" for i in range(spec.spines)]
+    hosts, links = [], []
+    number = 0
+    for li, leaf in enumerate(leaves):
+        for hi in range(spec.hosts_per_leaf):
+            number += 1
+            host = Host(
+                name=f"h{number}",
+                ip=f"10.0.{li}.{hi + 1}",
+                mac=f"02:00:00:00:{li:02x}:{hi + 1:02x}",
+                leaf=leaf,
+                port=hi + 1,
+            )
+            hosts.append(host)
+            links.append(Link(host.name, None, leaf, host.port, host_rate))
+        for si, spine in enumerate(spines):
+            links.append(Link(leaf, spec.hosts_per_leaf + si + 1, spine, li + 1, uplink_rate))
+    return Plan(spec, leaves + spines, hosts, links)

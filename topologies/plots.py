@@ -1,0 +1,111 @@
+"""PNG plots of a results folder: step times, forgiveness against the budget, trims over time."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+
+from topologies.results import RunResult
+
+
+def _by_policy(
+    runs: Sequence[RunResult], order: Sequence[str] | None
+) -> dict[str, list[RunResult]]:
+    grouped: dict[str, list[RunResult]] = defaultdict(list)
+    for run in runs:
+        grouped[run.policy].append(run)
+    keys = [p for p in (order or sorted(grouped)) if p in grouped]
+    return {p: grouped[p] for p in keys}
+
+
+def plot_step_times(
+    path: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None
+) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for policy, group in _by_policy(runs, order).items():
+        steps = sorted({s.step for r in group for s in r.steps})
+        mean = [
+            sum(s.duration_s for r in group for s in r.steps if s.step == k)
+            / max(1, sum(1 for r in group for s in r.steps if s.step == k))
+            for k in steps
+        ]
+        ax.plot(steps, mean, marker="o", label=policy)
+    critical = sorted({s.step for r in runs for s in r.steps if s.critical})
+    for k in critical:
+        ax.axvspan(k - 0.5, k + 0.5, color="grey", alpha=0.12, lw=0)
+    ax.set_xlabel("training step (shaded: critical)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("step time, s (mean over seeds)")
+    ax.set_title("Step times per policy")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_forgiveness(
+    path: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None
+) -> None:
+    groups = _by_policy(runs, order)
+    fig, axes = plt.subplots(
+        len(groups), 1, figsize=(8, 2.2 * len(groups) + 0.6), sharex=True, squeeze=False
+    )
+    for ax, (policy, group) in zip(axes[:, 0], groups.items(), strict=True):
+        run = min(group, key=lambda r: r.seed)
+        steps = [s.step for s in run.steps]
+        ax.bar(
+            steps, [s.forgiven_bytes / 1e3 for s in run.steps], color="tab:orange", label="forgiven"
+        )
+        ax.step(
+            steps, [s.budget_bytes / 1e3 for s in run.steps], where="mid", color="k", label="budget"
+        )
+        ax.set_ylabel("kB")
+        ax.set_title(
+            f"{policy} (seed {run.seed}): forgiven bytes per step against the budget", fontsize=9
+        )
+        ax.legend(fontsize=8)
+    axes[-1, 0].set_xlabel("training step")
+    axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_trims(path: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for policy, group in _by_policy(runs, order).items():
+        run = min(group, key=lambda r: r.seed)
+        if run.timeline:
+            ax.plot(
+                [p["t"] for p in run.timeline], [p["trims"] for p in run.timeline], label=policy
+            )
+    ax.set_xlabel("time since the first step, s")
+    ax.set_ylabel("trimmed packets, all switches (cumulative)")
+    ax.set_title("Trims over time (lowest seed of each policy)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_all(
+    folder: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None
+) -> list[Path]:
+    paths = [
+        folder / "step_times.png",
+        folder / "forgiven_vs_budget.png",
+        folder / "trims_over_time.png",
+    ]
+    plot_step_times(paths[0], runs, order)
+    plot_forgiveness(paths[1], runs, order)
+    plot_trims(paths[2], runs, order)
+    return paths

@@ -1,0 +1,196 @@
+"""What a run measured, in the note's terms: one record per run, a side-by-side table, plots.
+
+The runner fills `RunResult` from the agents' JSON lines and the switches'
+counters; everything here works on those records alone, so a table or a plot
+can be rebuilt from a results folder without rerunning anything.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+BASELINE = "tight"
+
+
+@dataclass
+class StepResult:
+    step: int
+    critical: bool
+    duration_s: float
+    allreduce_s: list[float]
+    """Per receiving rank: from the step's first gradient send to its all-reduce completing."""
+    expected_bytes: int
+    forgiven_bytes: int
+    budget_bytes: int
+    bound_held: bool
+
+
+@dataclass
+class RunResult:
+    policy: str
+    seed: int
+    fabric: str
+    time_scale: float
+    training_time_s: float
+    steps: list[StepResult]
+    data_bytes_sent: int
+    retransmitted_bytes: int
+    data_packets_sent: int
+    trims: int
+    ce_marks: int
+    cnps: int
+    rtos: int
+    exemption_toggles: list[int]
+    """Mode changes of each exemption-eligible flow."""
+    tp_completion_s: list[float]
+    bound_violations: int
+    switch_counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    """Samples over the run: time and cumulative trims, marks and queue bytes per switch."""
+
+    @property
+    def gradient_bytes(self) -> int:
+        return sum(s.expected_bytes for s in self.steps)
+
+    @property
+    def forgiven_bytes(self) -> int:
+        return sum(s.forgiven_bytes for s in self.steps)
+
+    def metrics(self) -> dict[str, float | int | bool | None]:
+        crit = [t for s in self.steps if s.critical for t in s.allreduce_s]
+        norm = [t for s in self.steps if not s.critical for t in s.allreduce_s]
+        return {
+            "training_time_s": self.training_time_s,
+            "fabric_training_time_ms": 1e3 * self.training_time_s / self.time_scale,
+            "allreduce_critical_ms": _median_ms(crit),
+            "allreduce_noncritical_ms": _median_ms(norm),
+            "forgiven_pct": _pct(self.forgiven_bytes, self.gradient_bytes),
+            "retransmitted_pct": _pct(self.retransmitted_bytes, self.data_bytes_sent),
+            "trim_rate_pct": _pct(self.trims, self.data_packets_sent),
+            "ce_marks": self.ce_marks,
+            "cnps": self.cnps,
+            "rtos": self.rtos,
+            "toggles_per_exempt_flow": (
+                statistics.fmean(self.exemption_toggles) if self.exemption_toggles else 0.0
+            ),
+            "bound_held": self.bound_violations == 0 and all(s.bound_held for s in self.steps),
+            "tp_completion_ms": _median_ms(self.tp_completion_s),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "metrics": self.metrics()}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> RunResult:
+        fields_ = {k: v for k, v in doc.items() if k != "metrics"}
+        fields_["steps"] = [StepResult(**s) for s in doc["steps"]]
+        return cls(**fields_)
+
+
+def _median_ms(values: Sequence[float]) -> float | None:
+    return 1e3 * statistics.median(values) if values else None
+
+
+def _pct(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole else 0.0
+
+
+# -- comparison -------------------------------------------------------------------
+
+COLUMNS = [
+    ("training_time_s", "train s", "{:.2f}"),
+    ("time_vs_tight_pct", "vs tight %", "{:+.1f}"),
+    ("allreduce_critical_ms", "AR crit ms", "{:.0f}"),
+    ("allreduce_noncritical_ms", "AR non-crit ms", "{:.0f}"),
+    ("forgiven_pct", "forgiven %", "{:.2f}"),
+    ("retransmitted_pct", "retx %", "{:.2f}"),
+    ("trim_rate_pct", "trim %", "{:.2f}"),
+    ("ce_marks", "CE marks", "{:.0f}"),
+    ("cnps", "CNPs", "{:.0f}"),
+    ("rtos", "RTOs", "{:.0f}"),
+    ("toggles_per_exempt_flow", "toggles/flow", "{:.2f}"),
+    ("tp_completion_ms", "TP ms", "{:.0f}"),
+    ("bound_held", "bound held", "{}"),
+]
+
+
+def compare(runs: Iterable[RunResult]) -> dict[str, dict[str, Any]]:
+    """Per policy, each metric as the list of its per-seed values; the change in training
+    time is taken against the baseline run with the same seed, as the note does."""
+    runs = list(runs)
+    baseline = {r.seed: r.training_time_s for r in runs if r.policy == BASELINE}
+    table: dict[str, dict[str, Any]] = defaultdict(lambda: defaultdict(list))
+    for run in sorted(runs, key=lambda r: (r.policy, r.seed)):
+        row = table[run.policy]
+        for key, value in run.metrics().items():
+            row[key].append(value)
+        base = baseline.get(run.seed)
+        row["time_vs_tight_pct"].append(
+            None if base is None else 100.0 * (run.training_time_s - base) / base
+        )
+        row["seeds"].append(run.seed)
+    return {policy: dict(row) for policy, row in table.items()}
+
+
+def _cell(values: list[Any], fmt: str) -> str:
+    present = [v for v in values if v is not None]
+    if not present:
+        return "-"
+    if isinstance(present[0], bool):
+        return "yes" if all(present) else f"no ({present.count(False)})"
+    lo, hi = min(present), max(present)
+    if len(present) == 1 or fmt.format(lo) == fmt.format(hi):
+        return fmt.format(lo)
+    return f"{fmt.format(lo)}..{fmt.format(hi)}"
+
+
+def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None = None) -> str:
+    """A plain-text table, one row per policy; a range lo..hi spans the seeds."""
+    policies = [p for p in (order or sorted(summary)) if p in summary]
+    header = ["policy", "seeds"] + [title for _, title, _ in COLUMNS]
+    rows = [header]
+    for policy in policies:
+        row = summary[policy]
+        rows.append(
+            [policy, str(len(row["seeds"]))]
+            + [_cell(row.get(key, []), fmt) for key, _, fmt in COLUMNS]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            cell.rjust(w) if i else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# -- files --------------------------------------------------------------------------
+
+
+def write_results(
+    folder: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None
+) -> str:
+    """Write runs.json, summary.json, table.txt and the plots; return the table."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "runs.json").write_text(json.dumps([r.to_json() for r in runs], indent=1))
+    summary = compare(runs)
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1))
+    table = format_table(summary, order)
+    (folder / "table.txt").write_text(table + "\n")
+    from topologies.plots import plot_all  # matplotlib only when files are written
+
+    plot_all(folder, runs, order)
+    return table
+
+
+def read_runs(folder: Path) -> list[RunResult]:
+    return [RunResult.from_json(d) for d in json.loads((folder / "runs.json").read_text())]
