@@ -8,6 +8,7 @@ serves every busy port in strict priority up to its line rate.
 
 from __future__ import annotations
 
+import errno
 import logging
 import select
 import socket
@@ -119,6 +120,9 @@ class Dataplane:
                             n = recv_into(buf)
                         except BlockingIOError:
                             break
+                        except OSError as err:
+                            self._receive_failed(poller, fd, err)
+                            break
                         port = process(buf[:n])
                         self.rx_frames += 1
                         if port is not None:
@@ -127,6 +131,16 @@ class Dataplane:
                     self._transmit(busy, monotonic())
         finally:
             poller.close()
+
+    def _receive_failed(self, poller: select.epoll, fd: int, err: OSError) -> None:
+        """A link going down is transient; an interface that is gone stops being polled
+        (it would wake the loop for ever) while the other ports go on."""
+        name = next(p.ifname for p in self.ports.values() if p.sock and p.sock.fileno() == fd)
+        if err.errno in (errno.ENODEV, errno.ENXIO):
+            log.error("interface %s is gone: no longer receiving on it", name)
+            poller.unregister(fd)
+        else:
+            log.warning("receive on %s failed: %s", name, err)
 
     def _transmit(self, busy: set[EgressPort], now: float) -> None:
         counters = self.counters

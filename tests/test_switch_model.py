@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 from scapy.layers.inet import IP, UDP, IPOption
@@ -314,4 +317,21 @@ def test_malformed_frames_are_counted_and_dropped_while_forwarding_continues(rig
     assert rig.counter("MyIngress.port_drops", 2)[0] == len(AT_PORT)
     unrouted = sum(len(v) for v in UNROUTED.values())
     assert sum(dropped.values()) == unrouted + len(AT_PORT) + 200
+    assert rig.model.proc.poll() is None
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_vanished_interface_leaves_the_other_ports_forwarding(rig):
+    rig.route("10.0.2.0", 24, 2)
+    subprocess.run(["ip", "link", "del", rig.port(3).switch_end], check=True)
+    time.sleep(0.3)
+    before = cpu_seconds(rig.model.proc.pid)
+    time.sleep(1.0)
+    assert cpu_seconds(rig.model.proc.pid) - before < 0.5, "the loop must not spin"
+    rig.port(1).send(data_frame(payload=100))
+    assert len(rig.port(2).receive(count=1)) == 1
     assert rig.model.proc.poll() is None
