@@ -95,7 +95,6 @@ class ActionInfo:
 class CounterInfo:
     name: str
     id: int
-    unit: int
     size: int
 
 
@@ -169,7 +168,7 @@ def load_pipeline(p4info: p4info_pb2.P4Info) -> Pipeline:
         if counter.spec.unit != COUNTER_UNITS[name]:
             problems.append(f"counter {name} has unit {counter.spec.unit}")
             continue
-        info = CounterInfo(name, counter.preamble.id, counter.spec.unit, counter.size)
+        info = CounterInfo(name, counter.preamble.id, counter.size)
         pipe.counters[info.id] = info
         pipe.counter_ids[name] = info.id
     for kind, wanted, got in (
