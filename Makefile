@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
-.PHONY: setup test lint format bench bench-bmv2 bench-switch clean p4 ptf
+.PHONY: setup test lint format bench bench-agent bench-bmv2 bench-switch clean p4 ptf
 
 setup: $(STAMP_PIP)
 
@@ -42,6 +42,10 @@ format: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_core.py
+
+# Agent goodput on a veth pair against raw sockets and iperf3 (root: namespaces).
+bench-agent: setup
+	$(BIN)/python benchmarks/bench_agent.py
 
 # BMv2 forwarding rate with forgive.p4 against a minimal program (needs root and BMv2).
 bench-bmv2: setup

@@ -49,6 +49,10 @@ class Dscp(IntEnum):
 
 
 KNOWN_FLAGS = int(Flag.TRIMMED | Flag.ECE | Flag.ELIGIBLE | Flag.EXHAUSTED | Flag.RETX | Flag.LAST)
+# Plain ints for the per-packet checks: enum arithmetic costs more than the check.
+_DATA_ONLY_FLAGS = int(Flag.TRIMMED | Flag.RETX | Flag.LAST)
+_TRIMMED = int(Flag.TRIMMED)
+_DATA, _NACK, _CNP = int(Opcode.DATA), int(Opcode.NACK), int(Opcode.CNP)
 
 
 class MalformedPacket(ValueError):
@@ -92,29 +96,29 @@ def check_fields(
     """
     if version != FTH_VERSION:
         raise MalformedPacket(f"FTH version {version}, expected {FTH_VERSION}")
-    if opcode > Opcode.CNP:
+    if opcode > _CNP:
         raise MalformedPacket(f"unknown FTH opcode {opcode}")
     if flags & ~KNOWN_FLAGS:
         raise MalformedPacket(f"unknown FTH flags 0x{flags:02x}")
-    if opcode == Opcode.DATA:
+    if opcode == _DATA:
         if length == 0 or length > PACKET_BYTES:
             raise MalformedPacket(f"DATA length {length} outside 1..{PACKET_BYTES}")
         if seq + length > aux:
             raise MalformedPacket(f"DATA range [{seq}, {seq + length}) beyond flow length {aux}")
-        expected = 0 if flags & Flag.TRIMMED else length
+        expected = 0 if flags & _TRIMMED else length
         if payload_len != expected:
             raise MalformedPacket(
                 f"DATA carries {payload_len} payload bytes, header says {expected}"
             )
         return
-    if flags & (Flag.TRIMMED | Flag.RETX | Flag.LAST):
+    if flags & _DATA_ONLY_FLAGS:
         raise MalformedPacket(f"flags 0x{flags:02x} are for DATA only")
     if payload_len:
         raise MalformedPacket(f"{Opcode(opcode).name} carries {payload_len} payload bytes")
-    if opcode == Opcode.CNP:
+    if opcode == _CNP:
         if length or seq or aux:
             raise MalformedPacket("CNP with non-zero length, seq or aux")
-    elif opcode == Opcode.NACK and length == 0:
+    elif opcode == _NACK and length == 0:
         raise MalformedPacket("NACK of an empty range")
 
 

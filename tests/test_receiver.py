@@ -315,3 +315,14 @@ def test_policy_validation():
         ReceiverPolicy(p_high=1.0)
     with pytest.raises(ValueError, match="forgive_prob"):
         ReceiverPolicy(forgive_prob=1.5)
+
+
+def test_payload_is_kept_per_flow_and_grows_with_the_data():
+    rx = ForgiveReceiver(ReceiverPolicy(keep_payload=False))
+    rx.begin_step(1, critical=False, expected_bytes=10 * K)
+    rx.register_flow(1, step=1, gradient=True)
+    rx.register_flow(2, step=1, gradient=True, keep_payload=True)
+    for flow in (1, 2):
+        rx.receive(data(flow, K, K, 4 * K, fill=9), False, 0.0)
+    assert rx.payload(1) == b""
+    assert rx.payload(2) == bytes(K) + bytes([9]) * K + bytes(2 * K)

@@ -241,3 +241,20 @@ def test_params_validation():
         DcqcnParams(line_rate_bps=0)
     with pytest.raises(ValueError, match="time_scale"):
         DcqcnParams(line_rate_bps=1e9, time_scale=0)
+
+
+def test_rto_follows_the_measured_round_trip_and_ignores_retransmissions():
+    tx = sender(rto=1e-3, rto_max=1.0)
+    tx.open_flow(1, 3 * K, now=0.0)
+    tx.poll(0.0)
+    tx.receive(ack(1, K, 0, K), 5e-3)  # one sample: srtt 5 ms, rttvar 2.5 ms
+    state = tx.flow_state(1)
+    assert state["srtt"] == pytest.approx(5e-3) and state["rto"] == pytest.approx(15e-3)
+    later = [(t, h.seq, bool(h.flags & Flag.RETX)) for t, h, _ in drain(tx, until=40e-3)]
+    # the two remaining segments left at once; unacknowledged, they time out after 15 ms
+    assert [seq for t, seq, retx in later if not retx] == [K, 2 * K]
+    first_retx = min(t for t, _, retx in later if retx)
+    assert first_retx == pytest.approx(later[0][0] + 15e-3, abs=1e-6)
+    # an ACK for a retransmitted segment gives no sample (Karn)
+    tx.receive(ack(1, 2 * K, K, K), 0.5)
+    assert tx.flow_state(1)["srtt"] == pytest.approx(5e-3)

@@ -160,15 +160,28 @@ class ForgiveReceiver:
         if entry is not None:
             entry.open = False
 
-    def register_flow(self, flow_id: int, step: int | None = None, gradient: bool = False) -> None:
-        """StepOf and IsGradientAllReduce; exemption eligibility is fixed here, once."""
+    def register_flow(
+        self,
+        flow_id: int,
+        step: int | None = None,
+        gradient: bool = False,
+        keep_payload: bool | None = None,
+    ) -> None:
+        """StepOf and IsGradientAllReduce; exemption eligibility is fixed here, once.
+
+        `keep_payload` overrides the policy's choice for this flow: a receiver that
+        only counts bytes need not store them.
+        """
         if flow_id in self._flows:
             raise ValueError(f"flow {flow_id} is already registered")
         entry = self._steps.get(step) if step is not None else None
         eligible = (
             self.policy.exemption and gradient and entry is not None and entry.open and entry.p > 0
         )
-        self._flows[flow_id] = RxFlow(flow_id, step, gradient, eligible)
+        keep = self.policy.keep_payload if keep_payload is None else keep_payload
+        self._flows[flow_id] = RxFlow(
+            flow_id, step, gradient, eligible, buffer=bytearray() if keep else None
+        )
 
     def forget_flow(self, flow_id: int) -> None:
         self._flows.pop(flow_id, None)
@@ -200,7 +213,9 @@ class ForgiveReceiver:
     def payload(self, flow_id: int) -> bytes:
         """The flow's bytes as delivered; forgiven ranges read as zeros."""
         flow = self._flows[flow_id]
-        return bytes(flow.buffer) if flow.buffer is not None else b""
+        if flow.buffer is None or flow.total is None:
+            return b""
+        return bytes(flow.buffer) + bytes(flow.total - len(flow.buffer))
 
     # -- the data path --------------------------------------------------------
 
@@ -225,8 +240,6 @@ class ForgiveReceiver:
             return []
         if flow.total is None:
             flow.total = aux
-            if self.policy.keep_payload:
-                flow.buffer = bytearray(aux)
         elif flow.total != aux:
             self.stats["malformed"] += 1
             return []
@@ -281,10 +294,15 @@ class ForgiveReceiver:
                 self.stats["duplicate"] += 1
         if newly:
             flow.received_bytes += newly
-            if flow.buffer is not None:
+            buffer = flow.buffer
+            if buffer is not None:
+                # The buffer grows as data arrives (bytearray over-allocates, so this
+                # is amortised); unwritten bytes read as zeros, like forgiven ones.
+                if end > len(buffer):
+                    buffer.extend(bytes(end - len(buffer)))
                 for s, e in fresh:
                     off = FTH_LEN + s - seq
-                    flow.buffer[s:e] = buf[off : off + e - s]
+                    buffer[s:e] = buf[off : off + e - s]
             if entry is not None:
                 # `received` counts distinct bytes once; bytes beyond what the step said
                 # it would bring are kept out of vesting, so no sender can buy budget.

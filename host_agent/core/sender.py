@@ -46,13 +46,18 @@ class TxFlow:
     next_new: int = 0
     acked: AckedRanges = field(default_factory=AckedRanges)
     retx: deque[tuple[int, int]] = field(default_factory=deque)
-    inflight: dict[int, tuple[int, float]] = field(default_factory=dict)
+    inflight: dict[int, tuple[int, float, bool]] = field(default_factory=dict)
+    """Segment start -> (end, sent at, is a retransmission)."""
     sent_order: deque[tuple[float, int, int]] = field(default_factory=deque)
     next_send_at: float = 0.0
     scheduled: bool = False
     rto_armed: bool = False
     cc_mode: str = OBEYING
     rto: float = 0.0
+    rto_base: float = 0.0
+    """The RTO without backoff: the RFC 6298 estimate once a sample exists."""
+    srtt: float | None = None
+    rttvar: float = 0.0
     done: bool = False
     acked_bytes: int = 0
     sent_bytes: int = 0
@@ -83,6 +88,8 @@ class TxFlow:
             "cnps_ignored": self.cnps_ignored,
             "nacks": self.nacks,
             "rtos": self.rtos,
+            "srtt": self.srtt,
+            "rto": self.rto,
             "rate_cuts": self.rate.cuts,
             "mode_changes": self.mode_changes,
             "exempt_time": self.exempt_time,
@@ -139,6 +146,7 @@ class ForgiveSender:
             DcqcnRate(self.params, now),
             opened=now,
             rto=self.rto,
+            rto_base=self.rto,
         )
         self._flows[flow_id] = flow
         self._schedule(flow, now)
@@ -242,7 +250,7 @@ class ForgiveSender:
             flags |= _LAST
         flow.sent_bytes += hi - lo
         flow.sent_order.append((now, lo, hi))
-        flow.inflight[lo] = (hi, now)
+        flow.inflight[lo] = (hi, now, flags & _RETX != 0)
         if not flow.rto_armed:
             flow.rto_armed = True
             heapq.heappush(self._rto_heap, (now + flow.rto, flow.flow_id))
@@ -256,9 +264,10 @@ class ForgiveSender:
         while order:
             sent_at, lo, hi = order[0]
             live = flow.inflight.get(lo)
-            if live != (hi, sent_at) or flow.acked.first_gap(lo, hi) is None:
+            current = live is not None and live[0] == hi and live[1] == sent_at
+            if not current or flow.acked.first_gap(lo, hi) is None:
                 order.popleft()
-                if live == (hi, sent_at):
+                if current:
                     del flow.inflight[lo]
                 continue
             if sent_at + flow.rto > now:
@@ -323,7 +332,7 @@ class ForgiveSender:
         fresh = flow.acked.add(lo, hi)
         if fresh:
             flow.acked_bytes += fresh
-            flow.rto = self.rto
+            flow.rto = flow.rto_base
             if flow.acked.una >= flow.size and not flow.done:
                 flow.done = True
                 flow.finished = now
@@ -335,7 +344,20 @@ class ForgiveSender:
                 flow.retx.clear()
                 self._completed.append(flow.flow_id)
 
+    def _sample_rtt(self, flow: TxFlow, rtt: float) -> None:
+        """RFC 6298's estimator; `rto` is both the initial and the smallest timeout."""
+        if flow.srtt is None:
+            flow.srtt, flow.rttvar = rtt, rtt / 2
+        else:
+            flow.rttvar = 0.75 * flow.rttvar + 0.25 * abs(flow.srtt - rtt)
+            flow.srtt = 0.875 * flow.srtt + 0.125 * rtt
+        flow.rto_base = min(max(self.rto, flow.srtt + 4 * flow.rttvar), self.rto_max)
+
     def _on_ack(self, flow: TxFlow, rcv_nxt: int, lo: int, length: int, now: float) -> None:
+        segment = flow.inflight.get(lo) if length else None
+        if segment is not None and segment[0] == lo + length and not segment[2]:
+            # Karn: only a segment sent once gives an unambiguous sample.
+            self._sample_rtt(flow, now - segment[1])
         self._settle(flow, 0, rcv_nxt, now)
         if length:
             self._settle(flow, lo, lo + length, now)

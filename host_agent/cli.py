@@ -1,0 +1,111 @@
+"""`forgive-agent`: one emulated host's agent, serving the local API on a Unix socket."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from host_agent.agent import AgentConfig, HostAgent
+from host_agent.api import ApiServer, check_api_path
+from host_agent.policies import POLICY_NAMES, parse_policy
+
+
+def agent_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every program that runs an agent shares (also `forgive-train`)."""
+    parser.add_argument("--iface", required=True, help="the host's interface, e.g. h1-eth0")
+    parser.add_argument("--ip", help="this host's IPv4 address (default: the interface's)")
+    parser.add_argument(
+        "--policy", default="forgive", help=f"one of {', '.join(POLICY_NAMES)} (default forgive)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="shared seed of every random draw")
+    parser.add_argument(
+        "--line-rate", type=float, default=10e9, help="DCQCN line rate in bit/s (default 10e9)"
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="emulation slowdown against the modelled fabric; stretches DCQCN's timers (1)",
+    )
+    parser.add_argument("--rto", type=float, default=0.01, help="initial retransmission timeout, s")
+    parser.add_argument("--rto-max", type=float, default=0.2, help="largest backed-off RTO, s")
+    parser.add_argument(
+        "--no-spray",
+        action="store_true",
+        help="one UDP source port per flow instead of one per packet",
+    )
+    parser.add_argument(
+        "--neighbor",
+        action="append",
+        default=[],
+        metavar="IP=MAC",
+        help="static neighbour entry (repeatable); others are resolved by ARP",
+    )
+    parser.add_argument("--gateway-mac", help="next-hop MAC for every non-static destination")
+    parser.add_argument("--stats", default="-", help="JSON-lines statistics file ('-': stdout)")
+    parser.add_argument(
+        "--no-payload",
+        action="store_true",
+        help="keep no received bytes (flows cannot be delivered; saves memory and copies)",
+    )
+
+
+def config_from(args: argparse.Namespace) -> AgentConfig:
+    """Build and validate the agent's configuration; ValueError names the first bad option."""
+    neighbors = {}
+    for entry in args.neighbor:
+        ip, sep, mac = entry.partition("=")
+        if not sep:
+            raise ValueError(f"--neighbor {entry!r}: expected IP=MAC")
+        neighbors[ip] = mac
+    config = AgentConfig(
+        iface=args.iface,
+        ip=args.ip,
+        policy=parse_policy(args.policy),
+        seed=args.seed,
+        line_rate_bps=args.line_rate,
+        time_scale=args.time_scale,
+        rto=args.rto,
+        rto_max=args.rto_max,
+        spray=not args.no_spray,
+        neighbors=neighbors,
+        gateway_mac=args.gateway_mac,
+        stats_path=args.stats,
+        keep_payload=not args.no_payload,
+    )
+    config.validate()
+    return config
+
+
+def exit_on_signals() -> None:
+    """Turn SIGTERM into SystemExit so every `finally` cleans up, as Ctrl-C already does."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="forgive-agent", description=__doc__)
+    agent_arguments(parser)
+    parser.add_argument("--api", required=True, help="path of the local API's Unix socket")
+    args = parser.parse_args(argv)
+    try:
+        config = config_from(args)
+        check_api_path(args.api)
+        agent = HostAgent(config)
+    except (ValueError, OSError) as exc:
+        print(f"forgive-agent: {exc}", file=sys.stderr)
+        return 2
+    exit_on_signals()
+    server = ApiServer(agent, args.api)
+    try:
+        agent.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+        agent.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

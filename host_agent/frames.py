@@ -1,0 +1,216 @@
+"""Ethernet, IPv4 and UDP around an FTH packet: the only place the agent sees those headers.
+
+The protocol core works on bytes that start at the FTH (shared/protocol.md
+section 5). This module adds and strips the three outer headers, and reports
+the two things the core needs from them: where a packet came from and whether
+a switch marked it CE. Header templates are cached per destination and traffic
+class so the per-packet work is one pack and one checksum fold.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from dataclasses import dataclass
+
+from host_agent.wire import FORGIVE_UDP_PORT
+
+ETH_P_IP = 0x0800
+ETH_P_ARP = 0x0806
+ETH_LEN = 14
+IPV4_LEN = 20
+UDP_LEN = 8
+HEADERS_LEN = ETH_LEN + IPV4_LEN + UDP_LEN
+"""Bytes in front of the FTH on every frame the agent sends (42)."""
+
+ECN_NOT_ECT = 0
+ECN_ECT0 = 2
+ECN_CE = 3
+
+_IP_DONT_FRAGMENT = 0x4000
+_TTL = 64
+_PROTO_UDP = 17
+_IP_WORDS = struct.Struct("!10H")
+
+
+class MalformedFrame(ValueError):
+    """A frame for the FORGIVE port whose Ethernet, IPv4 or UDP headers do not add up."""
+
+
+def mac_bytes(text: str) -> bytes:
+    """Parse 'aa:bb:cc:dd:ee:ff' into 6 bytes, with one clear error for anything else."""
+    parts = text.split(":")
+    if len(parts) != 6 or not all(len(p) == 2 for p in parts):
+        raise ValueError(f"not a MAC address: {text!r}")
+    try:
+        return bytes(int(p, 16) for p in parts)
+    except ValueError:
+        raise ValueError(f"not a MAC address: {text!r}") from None
+
+
+def ip_bytes(text: str) -> bytes:
+    try:
+        return ipaddress.IPv4Address(text).packed
+    except ValueError:
+        raise ValueError(f"not an IPv4 address: {text!r}") from None
+
+
+def ip_text(ip: bytes) -> str:
+    return str(ipaddress.IPv4Address(ip))
+
+
+def _fold(total: int) -> int:
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
+
+
+def ipv4_checksum(header: bytes, offset: int = 0) -> int:
+    """The ones'-complement checksum of the 20-byte IPv4 header at `offset` (0 when it is valid)."""
+    return ~_fold(sum(_IP_WORDS.unpack_from(header, offset))) & 0xFFFF
+
+
+_ETH_IP = struct.Struct("!6s6sH BBHHHBBH4s4s")
+_UDP_PACK = struct.Struct("!HHHH").pack
+_PREFIX_CACHE = 4096
+"""Distinct (destination, class, length) prefixes kept; bulk flows need a handful."""
+
+
+class FrameBuilder:
+    """Builds the 42 header bytes in front of an FTH packet for one source host.
+
+    Ethernet and IPv4 depend only on the destination, the TOS byte and the
+    length, so they are cached; the UDP header (whose source port may change
+    per packet) is packed fresh. Its checksum is 0, so the port never touches
+    the IPv4 checksum.
+    """
+
+    def __init__(self, src_mac: bytes, src_ip: bytes) -> None:
+        self.src_mac = src_mac
+        self.src_ip = src_ip
+        self._prefixes: dict[tuple[bytes, bytes, int, int], bytes] = {}
+
+    def _prefix(self, dst_mac: bytes, dst_ip: bytes, tos: int, total: int) -> bytes:
+        header = _ETH_IP.pack(
+            dst_mac,
+            self.src_mac,
+            ETH_P_IP,
+            0x45,
+            tos,
+            total,
+            0,
+            _IP_DONT_FRAGMENT,
+            _TTL,
+            _PROTO_UDP,
+            0,
+            self.src_ip,
+            dst_ip,
+        )
+        checksum = ipv4_checksum(header, ETH_LEN)
+        prefix = header[:24] + checksum.to_bytes(2, "big") + header[26:]
+        if len(self._prefixes) >= _PREFIX_CACHE:
+            self._prefixes.clear()
+        self._prefixes[(dst_mac, dst_ip, tos, total)] = prefix
+        return prefix
+
+    def ip_prefix(self, dst_mac: bytes, dst_ip: bytes, tos: int, fth_len: int) -> bytes:
+        """Ethernet + IPv4 headers (34 bytes) for an FTH packet of `fth_len` bytes."""
+        total = IPV4_LEN + UDP_LEN + fth_len
+        prefix = self._prefixes.get((dst_mac, dst_ip, tos, total))
+        if prefix is None:
+            prefix = self._prefix(dst_mac, dst_ip, tos, total)
+        return prefix
+
+    def headers(
+        self, dst_mac: bytes, dst_ip: bytes, dscp: int, ecn: int, sport: int, fth_len: int
+    ) -> bytes:
+        """Ethernet + IPv4 + UDP headers for an FTH packet of `fth_len` bytes."""
+        prefix = self.ip_prefix(dst_mac, dst_ip, (dscp << 2) | ecn, fth_len)
+        return prefix + udp_header(sport, fth_len)
+
+
+def udp_header(sport: int, fth_len: int) -> bytes:
+    return _UDP_PACK(sport, FORGIVE_UDP_PORT, UDP_LEN + fth_len, 0)
+
+
+@dataclass(slots=True)
+class Arrival:
+    """What the agent keeps of an arriving frame's outer headers."""
+
+    src_mac: bytes
+    src_ip: bytes
+    dst_ip: bytes
+    dscp: int
+    ce: bool
+    sport: int
+    fth: memoryview
+    """The FTH and its payload, cut to the length IPv4 and UDP declare (Ethernet padding dropped)."""
+
+
+_RX_HEADERS = struct.Struct("!6x6sH BBHHHBBH4s4s HHH2x")
+
+
+def parse(frame: bytes) -> Arrival | None:
+    """Split a received frame; None for traffic that is not FORGIVE's, MalformedFrame for broken FORGIVE frames.
+
+    A frame is FORGIVE's when it is unfragmented IPv4 without options (as
+    shared/protocol.md section 1 has it) carrying UDP to port 17991. Anything
+    else on the link (ARP, IPv6, other UDP) is simply not ours. One unpack
+    reads every header field, since this runs once per received packet.
+    """
+    if len(frame) < HEADERS_LEN:
+        return None
+    (src_mac, ethertype, ver_ihl, tos, total, _, frag, _, proto, _, src_ip, dst_ip, sport, dport,
+     udp_len) = _RX_HEADERS.unpack_from(frame)  # fmt: skip
+    if (
+        ethertype != ETH_P_IP
+        or ver_ihl != 0x45
+        or proto != _PROTO_UDP
+        or frag & 0x3FFF
+        or dport != FORGIVE_UDP_PORT
+    ):
+        return None
+    if total > len(frame) - ETH_LEN or total < IPV4_LEN + UDP_LEN:
+        raise MalformedFrame(f"IPv4 total length {total} against a {len(frame)}-byte frame")
+    if ipv4_checksum(frame, ETH_LEN):
+        raise MalformedFrame("IPv4 header checksum mismatch")
+    if udp_len != total - IPV4_LEN:
+        raise MalformedFrame(f"UDP length {udp_len}, IPv4 says {total - IPV4_LEN}")
+    return Arrival(
+        src_mac, src_ip, dst_ip, tos >> 2, (tos & 3) == ECN_CE, sport,
+        memoryview(frame)[HEADERS_LEN : ETH_LEN + total],
+    )  # fmt: skip
+
+
+ARP_REQUEST = 1
+ARP_REPLY = 2
+BROADCAST_MAC = b"\xff" * 6
+_ARP = struct.Struct("!6s6sH HHBBH6s4s6s4s")
+
+
+@dataclass(frozen=True, slots=True)
+class ArpMessage:
+    op: int
+    sender_mac: bytes
+    sender_ip: bytes
+    target_ip: bytes
+
+
+def arp_frame(
+    op: int, src_mac: bytes, src_ip: bytes, dst_mac: bytes, target_mac: bytes, target_ip: bytes
+) -> bytes:
+    """An Ethernet/IPv4 ARP request or reply (padded to the 60-byte Ethernet minimum)."""
+    body = _ARP.pack(
+        dst_mac, src_mac, ETH_P_ARP, 1, ETH_P_IP, 6, 4, op, src_mac, src_ip, target_mac, target_ip
+    )
+    return body + bytes(60 - len(body))
+
+
+def parse_arp(frame: bytes) -> ArpMessage | None:
+    """The fields of an Ethernet/IPv4 ARP frame, or None for any other frame."""
+    if len(frame) < _ARP.size or frame[12:14] != b"\x08\x06":
+        return None
+    _, _, _, htype, ptype, hlen, plen, op, smac, sip, _, tip = _ARP.unpack_from(frame)
+    if (htype, ptype, hlen, plen) != (1, ETH_P_IP, 6, 4) or op not in (ARP_REQUEST, ARP_REPLY):
+        return None
+    return ArpMessage(op, smac, sip, tip)

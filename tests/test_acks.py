@@ -1,0 +1,78 @@
+"""Delayed ACKs must tell the sender exactly what the core's every ACK would have."""
+
+from helpers import data, trim
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from host_agent.acks import AckCoalescer
+from host_agent.core import ForgiveReceiver, ReceiverPolicy
+from host_agent.wire import Opcode, decode
+
+SEG = 1000
+
+
+def acked(replies: list[bytes]) -> set[int]:
+    """Segments a sender learns are settled from a stream of ACKs and NACKs."""
+    out: set[int] = set()
+    for raw in replies:
+        fth, _ = decode(raw)
+        if fth.opcode == Opcode.ACK:
+            out |= set(range(0, fth.seq // SEG))
+            out |= set(range(fth.aux // SEG, (fth.aux + fth.length) // SEG))
+        elif fth.opcode == Opcode.NACK:
+            out |= set(range(0, fth.aux // SEG))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    order=st.permutations(range(40)),
+    trimmed=st.sets(st.integers(0, 39), max_size=6),
+    every=st.integers(1, 20),
+)
+def test_coalesced_acks_carry_the_same_knowledge_in_order(order, trimmed, every):
+    rx = ForgiveReceiver(ReceiverPolicy(p_low=0.0, p_high=0.0))
+    rx.register_flow(1, step=0, gradient=False)
+    total = 40 * SEG
+    everything, sent = [], []
+    coalescer = AckCoalescer(every=every, delay=1.0)
+    packets = [trim(1, i * SEG, SEG, total) for i in sorted(trimmed)]
+    packets += [data(1, i * SEG, SEG, total) for i in order]
+    for now, pkt in enumerate(packets):
+        for reply in rx.receive(pkt, False, float(now)):
+            everything.append(reply)
+            sent += [r for r, _ in coalescer.offer(reply, None, float(now), total)]
+    sent += [r for r, _ in coalescer.due(1e9)]
+    assert not coalescer.held
+    assert acked(sent) == acked(everything) == set(range(40))
+    assert sent[-1] == everything[-1], "the latest report must arrive last"
+    nacks = [r for r in everything if decode(r)[0].opcode != Opcode.ACK]
+    assert [r for r in sent if decode(r)[0].opcode != Opcode.ACK] == nacks
+    assert len(sent) <= len(everything)
+
+
+def test_acks_wait_at_most_the_delay_and_the_count():
+    coalescer = AckCoalescer(every=4, delay=1e-3)
+    rx = ForgiveReceiver(ReceiverPolicy(p_low=0.0, p_high=0.0))
+    rx.register_flow(9, step=0, gradient=False)
+    total = 100 * SEG
+    released = []
+    for i in range(3):
+        (reply,) = rx.receive(data(9, i * SEG, SEG, total), False, 0.0)
+        released += coalescer.offer(reply, "peer", 0.0, total)
+    assert released == [] and coalescer.deadline() == 1e-3
+    assert coalescer.due(0.5e-3) == []
+    assert len(coalescer.due(1e-3)) == 1
+    for i in range(3, 7):
+        (reply,) = rx.receive(data(9, i * SEG, SEG, total), False, 2.0)
+        released += coalescer.offer(reply, "peer", 2.0, total)
+    assert len(released) == 1 and decode(released[0][0])[0].seq == 7 * SEG
+    assert coalescer.coalesced == 2 + 3
+
+
+def test_the_flows_last_ack_is_not_held():
+    coalescer = AckCoalescer(every=100, delay=1.0)
+    rx = ForgiveReceiver(ReceiverPolicy(p_low=0.0, p_high=0.0))
+    rx.register_flow(3, step=0, gradient=False)
+    (reply,) = rx.receive(data(3, 0, SEG, SEG), False, 0.0)
+    assert coalescer.offer(reply, None, 0.0, SEG) == [(reply, None)]

@@ -1,0 +1,105 @@
+"""The workload's schedule: every rank must derive the same flows for its peers."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workload.plan import (
+    Kind,
+    TrainingConfig,
+    flow_id,
+    gradient_messages,
+    kind_of,
+    plan_step,
+    ring_chunk,
+    synthetic_norms,
+)
+from workload.train import classify, make_detector
+
+
+def config(n, rank=0, **kw):
+    kw.setdefault("ranks", tuple(f"10.0.0.{i + 1}" for i in range(n)))
+    return TrainingConfig(rank=rank, **kw)
+
+
+@settings(deadline=None)
+@given(n=st.integers(2, 16), phase_rank=st.data())
+def test_ring_forwards_what_it_received(n, phase_rank):
+    rank = phase_rank.draw(st.integers(0, n - 1))
+    phase = phase_rank.draw(st.integers(1, 2 * (n - 1) - 1))
+    assert ring_chunk(rank, phase, n) == ring_chunk((rank - 1) % n, phase - 1, n)
+
+
+@settings(deadline=None)
+@given(n=st.integers(2, 16))
+def test_ring_reduces_every_chunk_and_gathers_it_everywhere(n):
+    # after reduce-scatter rank r holds the full chunk (r + 1) % n; all-gather sends it round
+    for rank in range(n):
+        assert ring_chunk(rank, n - 1, n) == (rank + 1) % n
+        gathered = {ring_chunk((rank - 1) % n, j, n) for j in range(n - 1, 2 * (n - 1))}
+        assert gathered | {(rank + 1) % n} == set(range(n))
+
+
+def test_sends_match_peer_registrations():
+    n = 4
+    for step in (0, 1, 7):
+        sent = {}
+        for rank in range(n):
+            plan = plan_step(config(n, rank, burst_step=7, burst_src=2, burst_dst=0), step)
+            sends = plan.compute_sends + plan.gradient_sends + plan.barrier_sends + plan.burst_sends
+            for m in sends:
+                assert m.src == rank
+                sent[m.flow] = m
+        for rank in range(n):
+            plan = plan_step(config(n, rank, burst_step=7, burst_src=2, burst_dst=0), step)
+            for m in plan.registrations():
+                assert sent.pop(m.flow) == m
+        assert not sent
+
+
+def test_flow_ids_name_their_kind():
+    for kind in Kind:
+        assert kind_of(flow_id(4095, kind, 127, 1023)) == kind
+
+
+def test_flow_ids_are_unique_across_steps_and_kinds():
+    ids = set()
+    for step in range(1, 21):
+        for src in range(8):
+            for m in gradient_messages(config(8), step, src):
+                ids.add(m.flow)
+            ids.add(flow_id(step, Kind.BARRIER, src, 3))
+    assert len(ids) == 20 * 8 * (14 + 1)
+
+
+def test_expected_gradient_bytes_is_two_rounds_of_chunks():
+    plan = plan_step(config(4, 1, grad_bytes=1000), 1)
+    assert plan.expected_gradient_bytes == 6 * 250
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"steps": 0},
+        {"grad_bytes": 1},
+        {"detector": "oracle"},
+        {"burst_step": 99},
+        {"burst_step": 1, "burst_src": 1, "burst_dst": 1},
+        {"compute_s": -1.0},
+        {"ranks": ("10.0.0.1", "10.0.0.1", "10.0.0.3")},
+        {"ranks": ("10.0.0.1", "host-b", "10.0.0.3")},
+    ],
+)
+def test_bad_training_configs_are_rejected(kw):
+    with pytest.raises(ValueError):
+        config(3, **kw).validate()
+
+
+@pytest.mark.parametrize("detector", ["static", "accordion"])
+def test_detectors_mark_early_and_final_steps_critical(detector):
+    cfg = config(4, steps=20, detector=detector)
+    det = make_detector(cfg)
+    norms = synthetic_norms(cfg)
+    critical = {step for step in range(1, 21) if classify(det, norms, step)}
+    assert {1, 2, 3, 20} <= critical
+    assert not critical & set(range(6, 18))

@@ -1,0 +1,1 @@
+"""An emulated data-parallel training workload that drives FORGIVE host agents."""

@@ -1,0 +1,263 @@
+"""What one emulated data-parallel rank sends and expects on each training step.
+
+Everything here is a pure function of the configuration, so every rank
+computes the same flow ids and sizes for its peers without exchanging them:
+that is how a receiver registers a flow before its first byte arrives.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from enum import IntEnum
+
+from host_agent.frames import ip_bytes
+
+MAX_STEPS = 1 << 12
+MAX_RANKS = 1 << 7
+_INDEX_BITS = 10
+
+
+class Kind(IntEnum):
+    GRADIENT = 0
+    TENSOR_PARALLEL = 1
+    PIPELINE_PARALLEL = 2
+    BARRIER = 3
+    BURST = 4
+
+
+TRAFFIC_CLASS = {
+    Kind.GRADIENT: "gradient",
+    Kind.TENSOR_PARALLEL: "tensor-parallel",
+    Kind.PIPELINE_PARALLEL: "pipeline-parallel",
+    Kind.BARRIER: "other",
+    Kind.BURST: "other",
+}
+BARRIER_BYTES = 64
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """An emulated training job; every rank runs with the same values but its own `rank`."""
+
+    ranks: tuple[str, ...]
+    """IPv4 address of every rank, in rank order."""
+    rank: int
+    steps: int = 20
+    grad_bytes: int = 4 << 20
+    """Gradient bytes per rank all-reduced on each step (split in len(ranks) ring chunks)."""
+    compute_s: float = 0.005
+    """Length of each step's compute phase, which carries the TP and PP traffic."""
+    tp_bytes: int = 256 << 10
+    """Bytes each rank exchanges with its tensor-parallel partner (rank ^ 1) per step; 0: none."""
+    pp_bytes: int = 128 << 10
+    """Bytes each rank sends to the next pipeline stage (rank + 1) per step; 0: none."""
+    detector: str = "static"
+    """'static' (steps 1, 2, 3 and the last are critical) or 'accordion' (synthetic norms)."""
+    burst_step: int | None = None
+    """Step on which a background burst (class other) runs beside the all-reduce; None: none."""
+    burst_bytes: int = 8 << 20
+    burst_src: int = 0
+    burst_dst: int = 1
+    seed: int = 0
+
+    def validate(self) -> None:
+        n = len(self.ranks)
+        for address in self.ranks:
+            ip_bytes(address)
+        if len(set(self.ranks)) != n:
+            raise ValueError("every rank needs its own address")
+        if not 2 <= n <= MAX_RANKS:
+            raise ValueError(f"need 2..{MAX_RANKS} ranks, got {n}")
+        if not 0 <= self.rank < n:
+            raise ValueError(f"rank {self.rank} outside 0..{n - 1}")
+        if not 1 <= self.steps < MAX_STEPS:
+            raise ValueError(f"steps must lie in 1..{MAX_STEPS - 1}")
+        if self.grad_bytes < n:
+            raise ValueError("grad_bytes must give every ring chunk at least one byte")
+        if self.compute_s < 0 or self.tp_bytes < 0 or self.pp_bytes < 0:
+            raise ValueError("compute time and TP/PP sizes must be >= 0")
+        if self.detector not in ("static", "accordion"):
+            raise ValueError(f"unknown detector {self.detector!r} (known: static, accordion)")
+        if self.burst_step is not None:
+            if not 1 <= self.burst_step <= self.steps:
+                raise ValueError("burst step outside the run")
+            if self.burst_bytes <= 0 or not (0 <= self.burst_src < n and 0 <= self.burst_dst < n):
+                raise ValueError("burst needs positive bytes and valid source/destination ranks")
+            if self.burst_src == self.burst_dst:
+                raise ValueError("burst source and destination must differ")
+
+
+def flow_id(step: int, kind: Kind, src: int, index: int) -> int:
+    """32-bit flow id: step (12 bits), kind (3), source rank (7), index (10).
+
+    The source rank makes ids unique per receiver; kind and index make them
+    unique per sender; the step keeps consecutive steps apart.
+    """
+    return (
+        (step % MAX_STEPS) << 20 | int(kind) << 17 | src << _INDEX_BITS | index % (1 << _INDEX_BITS)
+    )
+
+
+def kind_of(flow: int) -> Kind:
+    """The kind of message a flow id names: how a reader of the agents' records tells them apart."""
+    return Kind(flow >> 17 & 0b111)
+
+
+@dataclass(frozen=True)
+class Message:
+    flow: int
+    src: int
+    dst: int
+    size: int
+    kind: Kind
+    phase: int = 0
+    """Ring phase for gradient chunks (0 .. 2(n-1)-1), else 0."""
+
+    @property
+    def traffic_class(self) -> str:
+        return TRAFFIC_CLASS[self.kind]
+
+
+def chunk_sizes(total: int, n: int) -> list[int]:
+    base, extra = divmod(total, n)
+    return [base + (1 if i < extra else 0) for i in range(n)]
+
+
+def ring_chunk(rank: int, phase: int, n: int) -> int:
+    """The chunk `rank` sends in ring `phase`: reduce-scatter for phase < n-1, then all-gather.
+
+    In reduce-scatter phase j a rank forwards the chunk it received in phase
+    j-1 with its own contribution added; in all-gather it forwards the fully
+    reduced chunk it received last. Either way the chunk sent in phase j is the
+    one received in phase j-1, which is the dependency the workload enforces.
+    """
+    if phase < n - 1:
+        return (rank - phase) % n
+    return (rank + 1 - (phase - (n - 1))) % n
+
+
+def gradient_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
+    """The ring all-reduce messages `src` sends on `step`, in phase order."""
+    n = len(cfg.ranks)
+    sizes = chunk_sizes(cfg.grad_bytes, n)
+    dst = (src + 1) % n
+    return [
+        Message(
+            flow_id(step, Kind.GRADIENT, src, j),
+            src,
+            dst,
+            sizes[ring_chunk(src, j, n)],
+            Kind.GRADIENT,
+            j,
+        )
+        for j in range(2 * (n - 1))
+    ]
+
+
+def compute_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
+    """Tensor- and pipeline-parallel messages `src` sends during `step`'s compute phase."""
+    n = len(cfg.ranks)
+    out = []
+    partner = src ^ 1
+    if cfg.tp_bytes and partner < n:
+        out.append(
+            Message(
+                flow_id(step, Kind.TENSOR_PARALLEL, src, 0),
+                src,
+                partner,
+                cfg.tp_bytes,
+                Kind.TENSOR_PARALLEL,
+            )
+        )
+    if cfg.pp_bytes:
+        nxt = (src + 1) % n
+        out.append(
+            Message(
+                flow_id(step, Kind.PIPELINE_PARALLEL, src, 0),
+                src,
+                nxt,
+                cfg.pp_bytes,
+                Kind.PIPELINE_PARALLEL,
+            )
+        )
+    return out
+
+
+def barrier_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
+    return [
+        Message(flow_id(step, Kind.BARRIER, src, dst), src, dst, BARRIER_BYTES, Kind.BARRIER)
+        for dst in range(len(cfg.ranks))
+        if dst != src
+    ]
+
+
+def burst_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
+    if cfg.burst_step != step or src != cfg.burst_src:
+        return []
+    return [
+        Message(flow_id(step, Kind.BURST, src, 0), src, cfg.burst_dst, cfg.burst_bytes, Kind.BURST)
+    ]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One rank's traffic on one step (step 0 is the start-up barrier only)."""
+
+    compute_sends: list[Message]
+    compute_recvs: list[Message]
+    gradient_sends: list[Message]
+    gradient_recvs: list[Message]
+    barrier_sends: list[Message]
+    barrier_recvs: list[Message]
+    burst_sends: list[Message]
+    burst_recvs: list[Message]
+
+    @property
+    def expected_gradient_bytes(self) -> int:
+        return sum(m.size for m in self.gradient_recvs)
+
+    def registrations(self) -> list[Message]:
+        return self.compute_recvs + self.gradient_recvs + self.barrier_recvs + self.burst_recvs
+
+
+def plan_step(cfg: TrainingConfig, step: int) -> StepPlan:
+    n = len(cfg.ranks)
+    me = cfg.rank
+    peers = [r for r in range(n) if r != me]
+    barrier_recvs = [m for r in peers for m in barrier_messages(cfg, step, r) if m.dst == me]
+    if step == 0:
+        return StepPlan([], [], [], [], barrier_messages(cfg, 0, me), barrier_recvs, [], [])
+    return StepPlan(
+        compute_sends=compute_messages(cfg, step, me),
+        compute_recvs=[m for r in peers for m in compute_messages(cfg, step, r) if m.dst == me],
+        gradient_sends=gradient_messages(cfg, step, me),
+        gradient_recvs=gradient_messages(cfg, step, (me - 1) % n),
+        barrier_sends=barrier_messages(cfg, step, me),
+        barrier_recvs=barrier_recvs,
+        burst_sends=burst_messages(cfg, step, me),
+        burst_recvs=[m for r in peers for m in burst_messages(cfg, step, r) if m.dst == me],
+    )
+
+
+def message_bytes(cfg: TrainingConfig, msg: Message) -> bytes:
+    """The content of a message: deterministic, so the receiver can check every byte."""
+    return random.Random(f"{cfg.seed}:{msg.flow}").randbytes(msg.size)
+
+
+def synthetic_norms(cfg: TrainingConfig) -> list[float]:
+    """Gradient norms for steps 1..steps: a steep early fall, a plateau, a late disturbance.
+
+    They stand in for what a real model would report, so Accordion's criterion
+    has something to read; every rank derives the same list from the seed. The
+    fall makes the first steps critical; the jump two steps before the end (as
+    a learning-rate change would cause) makes the last two critical again.
+    """
+    rng = random.Random(f"norms:{cfg.seed}")
+    out = []
+    for step in range(1, cfg.steps + 1):
+        norm = 1.0 + 30.0 * 0.35**step
+        if step == cfg.steps - 2:
+            norm *= 2.5
+        out.append(norm * rng.uniform(0.98, 1.02))
+    return out
