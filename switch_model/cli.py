@@ -19,8 +19,8 @@ def _port_map(text: str) -> tuple[int, str]:
     number, sep, ifname = text.partition("=")
     if not sep or not number.isdigit() or not ifname:
         raise argparse.ArgumentTypeError(f"expected PORT=IFNAME, got {text!r}")
-    if not 0 < int(number) <= MAX_PORT:
-        raise argparse.ArgumentTypeError(f"port {number} outside 1..{MAX_PORT}")
+    if int(number) > MAX_PORT:
+        raise argparse.ArgumentTypeError(f"port {number} outside 0..{MAX_PORT}")
     return int(number), ifname
 
 
