@@ -131,7 +131,7 @@ def _endpoint(text, switches, hosts) -> tuple[str, int | None]:
     if name in hosts and not sep:
         return name, None
     if name in switches and sep:
-        number = _int(int(port) if port.isdigit() else port, f"port in {text!r}", 1)
+        number = _int(int(port) if port.isdigit() else port, f"port in {text!r}")
         if number > 511:
             raise ConfigError(f"port in {text!r} exceeds 511")
         return name, number

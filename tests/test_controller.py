@@ -139,6 +139,18 @@ def test_apply_installs_routes_ecmp_and_thresholds_and_is_idempotent(fabric):
         assert (report["s1"].inserted, report["s1"].modified, report["s1"].deleted) == (0, 3, 0)
     finally:
         changed.close()
+    smaller = description(fabric.s1, fabric.s2)
+    del smaller["hosts"]["h2"]
+    smaller["links"] = [link for link in smaller["links"] if link["b"] != "h2"]
+    shrunk = FabricController(parse(smaller), p4info_path(), fabric.tmp_path / "dev.json")
+    try:
+        report = shrunk.apply()
+        # s1 loses its route to h2 and that ECMP group's two members; s2 its route to h2 and
+        # the thresholds of the port h2 hung off
+        assert (report["s1"].deleted, report["s2"].deleted) == (3, 2)
+        assert len(read_tables(shrunk, "s1")) == 3 + 1
+    finally:
+        shrunk.close()
 
 
 @netns
