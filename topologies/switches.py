@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -25,8 +26,14 @@ from mininet.node import Switch
 from switch_model import control
 
 OFFLOADS = ("tx", "rx", "tso", "gso", "gro")
-_ports = itertools.count(50051)
 _devices = itertools.count(1)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the switch binds it a moment later)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _listening(port: int) -> bool:
@@ -51,7 +58,7 @@ class ForgiveSwitch(Switch):
         **params,
     ):
         super().__init__(name, **params)
-        self.grpc_port = grpc_port or next(_ports)
+        self.grpc_port = grpc_port or free_port()
         self.device_id = device_id or next(_devices)
         self.log_dir = Path(log_dir)
         self.start_timeout = start_timeout
@@ -174,7 +181,7 @@ class Bmv2Switch(ForgiveSwitch):
 
     def __init__(self, name: str, thrift_port: int | None = None, **params):
         super().__init__(name, **params)
-        self.thrift_port = thrift_port or self.grpc_port + 1000
+        self.thrift_port = thrift_port or free_port()
 
     @classmethod
     def missing(cls) -> str | None:
