@@ -27,14 +27,13 @@ from switch_model import control
 REPO = Path(__file__).resolve().parent.parent
 BUILT_P4INFO = REPO / "p4src/build/forgive.p4info.txtpb"
 BUILT_JSON = REPO / "p4src/build/forgive.json"
-SURFACE_P4INFO = Path(__file__).resolve().parent / "data/forgive_surface.p4info.txtpb"
 
 ETH_P_ALL = 0x0003
 
 
 def p4info_path() -> Path:
-    """The compiled P4Info when the p4 branch has produced one, else TEAM.md's surface."""
-    return BUILT_P4INFO if BUILT_P4INFO.exists() else SURFACE_P4INFO
+    """The compiled P4Info of forgive.p4: the model must take exactly what BMv2 takes."""
+    return BUILT_P4INFO
 
 
 def p4info() -> p4info_pb2.P4Info:
@@ -237,7 +236,7 @@ class ModelProcess:
 
 def device_config() -> bytes:
     """forgive.json for BMv2 (the model ignores the device config)."""
-    return BUILT_JSON.read_bytes() if BUILT_JSON.exists() else b"{}"
+    return BUILT_JSON.read_bytes()
 
 
 @dataclass
