@@ -179,9 +179,13 @@ class Bmv2Switch(ForgiveSwitch):
     QUEUE_DEPTH_PKTS = 100_000
     """BMv2's own buffer, far above any data_queue_bytes, as the PTF harness sets it."""
 
-    def __init__(self, name: str, thrift_port: int | None = None, **params):
+    def __init__(
+        self, name: str, thrift_port: int | None = None, log_level: str = "warn", **params
+    ):
+        """`log_level` is BMv2's; per-packet levels (debug, trace) cost most of its speed."""
         super().__init__(name, **params)
         self.thrift_port = thrift_port or free_port()
+        self.log_level = log_level
 
     @classmethod
     def missing(cls) -> str | None:
@@ -194,7 +198,8 @@ class Bmv2Switch(ForgiveSwitch):
         cmd = [self.BINARY, "--device-id", str(self.device_id), "--no-p4"]
         for port, ifname in sorted(self.port_interfaces().items()):
             cmd += ["-i", f"{port}@{ifname}"]
-        cmd += ["--thrift-port", str(self.thrift_port), "--log-file", str(self.log_file)]
+        cmd += ["--thrift-port", str(self.thrift_port), "--log-level", self.log_level]
+        cmd += ["--log-file", str(self.log_file)]
         cmd += ["--log-flush", "--", "--grpc-server-addr", self.grpc, "--priority-queues", "2"]
         return cmd
 
