@@ -4,11 +4,11 @@ PYTHON ?= /usr/bin/python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the project needs at run time and in its tests.
-APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute2 python3-thrift
+APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute2 python3-thrift iputils-ping
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
-.PHONY: setup test lint format bench bench-agent bench-bmv2 clean p4 ptf
+.PHONY: setup test lint format bench bench-agent bench-bmv2 bench-switch clean p4 ptf
 
 setup: $(STAMP_PIP)
 
@@ -50,6 +50,10 @@ bench-agent: setup
 # BMv2 forwarding rate with forgive.p4 against a minimal program (needs root and BMv2).
 bench-bmv2: setup
 	$(BIN)/python benchmarks/bench_bmv2.py
+
+# The switch model's forwarding rate against BMv2 in the same run (needs root).
+bench-switch: setup
+	$(BIN)/python benchmarks/bench_switch.py
 
 # The P4 program's compiled artifacts are committed; `make p4` rebuilds them
 # (p4c names P4Info files by suffix, hence the rename to .txtpb).

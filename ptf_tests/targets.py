@@ -171,3 +171,58 @@ def bmv2_cli(ep: Endpoint, command: str) -> None:
     )
     if res.returncode != 0 or "Error" in res.stdout or "Invalid" in res.stdout:
         raise RuntimeError(f"{Bmv2Target.CLI} {command!r} failed: {res.stdout}{res.stderr}".strip())
+
+
+@register
+class ModelTarget(SwitchTarget):
+    """The Python switch model (`forgive-switch`): same P4Runtime, queue rates on its socket.
+
+    The control socket's path follows from the endpoint alone, so a target
+    built inside the PTF process (which knows no log directory) reaches the
+    switch the harness started.
+    """
+
+    name = "model"
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        super().__init__(endpoint)
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def control_path(self) -> str:
+        ep = self.endpoint
+        return f"/tmp/forgive-{ep.netns}-{ep.grpc_port}.sock"
+
+    @classmethod
+    def missing(cls) -> str | None:
+        return None
+
+    def start(self, timeout: float = 30.0) -> None:
+        ep = self.endpoint
+        cmd = ["ip", "netns", "exec", ep.netns, sys.executable, "-m", "switch_model.cli"]
+        cmd += ["--name", ep.netns, "--device-id", "0", "--grpc", ep.grpc_addr]
+        cmd += ["--control", self.control_path]
+        for port, ifname in sorted(ep.ports.items()):
+            cmd += ["-i", f"{port}={ifname}"]
+        with open(ep.log_dir / "model.log", "wb") as out:
+            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        wait_for_listen(ep.netns, ep.grpc_port, time.monotonic() + timeout, self._proc)
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:
+        from switch_model import control
+
+        control.request(
+            self.control_path,
+            {"cmd": "set_queue_rate", "port": port, "priority": priority, "pps": pps},
+        )

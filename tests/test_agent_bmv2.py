@@ -1,4 +1,5 @@
-"""Agents through the real FORGIVE P4 switch on BMv2: trims and marks made by forgive.p4."""
+"""Agents through the real FORGIVE P4 switch: trims and marks made by forgive.p4, on BMv2 and
+on the switch model (every registered PTF target that is present)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from test_agent_netns import WORKLOAD, done, ok, start_agent, train
 
 from host_agent.wire import PACKET_BYTES
 from ptf_tests.harness import AUX_PORT, GRPC_PORT, missing_prerequisite
-from ptf_tests.targets import PRIO_LOW, Bmv2Target, Endpoint
+from ptf_tests.targets import PRIO_LOW, TARGETS, Bmv2Target, Endpoint, SwitchTarget
 
-_UNAVAILABLE = netns_unavailable() or missing_prerequisite("bmv2")
+_UNAVAILABLE = netns_unavailable()
 pytestmark = [
     pytest.mark.netns,
     pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or ""),
@@ -43,7 +44,7 @@ class Fabric:
     hosts: list[Host]
     gateways: dict[str, str]
     """Per host, the MAC of the switch port it hangs off."""
-    switch: Bmv2Target
+    switch: SwitchTarget
     control: subprocess.Popen
 
     def counters(self) -> dict[str, dict[str, int]]:
@@ -52,12 +53,18 @@ class Fabric:
         return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.fixture
-def fabric(lab):
-    """Three hosts on forgive.p4 in BMv2; port 1 (host b) drains its data queue slowly."""
+@pytest.fixture(params=sorted(TARGETS))
+def fabric(lab, request):
+    """Three hosts on forgive.p4 in a target; port 1 (host b) drains its data queue slowly."""
+    reason = missing_prerequisite(request.param)
+    if reason:
+        pytest.skip(f"{request.param}: {reason}")
     hosts, hub = lab.star(3, "sw")
     endpoint = Endpoint(hub, {i: f"p{i}" for i in range(3)}, GRPC_PORT, AUX_PORT, lab.workdir)
-    switch = Bmv2Target(endpoint, log_level="off")
+    if request.param == "bmv2":
+        switch: SwitchTarget = Bmv2Target(endpoint, log_level="off")
+    else:
+        switch = TARGETS[request.param](endpoint)
     switch.start()
     control = None
     try:

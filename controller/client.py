@@ -1,0 +1,193 @@
+"""A P4Runtime connection to one switch that survives the switch restarting.
+
+Built on the p4runtime protobufs and grpcio directly rather than on
+p4runtime-shell: the shell keeps one global connection, its client calls
+sys.exit when a handshake fails, and its batch-error iterator (0.0.6) never
+returns once a batch mixes succeeded and failed updates. A controller of
+several switches needs none of that. Every call that finds the switch gone
+reconnects (new channel, new arbitration) and retries once, so a restarted
+switch is picked up without restarting the controller.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import grpc
+from google.rpc import code_pb2, status_pb2
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+_Get = p4runtime_pb2.GetForwardingPipelineConfigRequest
+
+
+class SwitchUnreachable(ConnectionError):
+    """The switch did not answer, or would not make this controller its primary."""
+
+
+class WriteFailed(RuntimeError):
+    """A Write batch in which some updates failed; `errors` holds (index, code name, message)."""
+
+    def __init__(self, errors: list[tuple[int, str, str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"update {i}: {code} {msg}" for i, code, msg in errors))
+
+
+def batch_errors(err: grpc.RpcError) -> list[tuple[int, str, str]]:
+    """The failed updates of a Write, from the google.rpc.Status in its trailer."""
+    for key, value in err.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            errors = []
+            for i, packed in enumerate(status.details):
+                error = p4runtime_pb2.Error()
+                if packed.Unpack(error) and error.canonical_code != code_pb2.OK:
+                    errors.append((i, code_pb2.Code.Name(error.canonical_code), error.message))
+            return errors
+    return [(-1, err.code().name, err.details() or "write failed")]
+
+
+@dataclass
+class SwitchClient:
+    name: str
+    address: str
+    device_id: int = 1
+    election_id: int = 1
+    timeout: float = 5.0
+
+    def __post_init__(self):
+        self.channel: grpc.Channel | None = None
+        self.stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
+        self._outbox: queue.Queue | None = None
+        self._lost = threading.Event()
+
+    # -- connection ------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Open the channel and become primary, or raise SwitchUnreachable."""
+        self.close()
+        self.channel = grpc.insecure_channel(self.address)
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=self.timeout)
+        except grpc.FutureTimeoutError:
+            self.close()
+            raise SwitchUnreachable(
+                f"switch {self.name} at {self.address} did not answer within {self.timeout:g} s"
+            ) from None
+        self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
+        self._outbox = queue.Queue()
+        self._lost.clear()
+        replies: queue.Queue = queue.Queue()
+        outbox = self._outbox
+
+        def requests():
+            while (message := outbox.get()) is not None:
+                yield message
+
+        stream = self.stub.StreamChannel(requests())
+
+        def receive():
+            try:
+                for reply in stream:
+                    replies.put(reply)
+            except grpc.RpcError as err:
+                replies.put(err)
+            finally:
+                self._lost.set()
+
+        threading.Thread(target=receive, name=f"p4rt-{self.name}", daemon=True).start()
+        request = p4runtime_pb2.StreamMessageRequest()
+        request.arbitration.device_id = self.device_id
+        request.arbitration.election_id.high = self.election_id >> 64
+        request.arbitration.election_id.low = self.election_id & ((1 << 64) - 1)
+        outbox.put(request)
+        try:
+            reply = replies.get(timeout=self.timeout)
+        except queue.Empty:
+            reply = None
+        if not isinstance(reply, p4runtime_pb2.StreamMessageResponse):
+            detail = reply.details() if isinstance(reply, grpc.RpcError) else "no answer"
+            self.close()
+            raise SwitchUnreachable(f"switch {self.name} at {self.address}: arbitration: {detail}")
+        if reply.arbitration.status.code != code_pb2.OK:
+            self.close()
+            raise SwitchUnreachable(
+                f"switch {self.name} at {self.address}: not primary "
+                f"({reply.arbitration.status.message})"
+            )
+
+    def close(self) -> None:
+        if self._outbox is not None:
+            self._outbox.put(None)
+            self._outbox = None
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+    def _call(self, fn: Callable):
+        """Run fn(); if the switch went away, reconnect once and run it again."""
+        if self.channel is None or self._lost.is_set():
+            self.connect()
+        try:
+            return fn()
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+        log.info("switch %s went away; reconnecting", self.name)
+        self.connect()
+        return fn()
+
+    def _election(self) -> p4runtime_pb2.Uint128:
+        return p4runtime_pb2.Uint128(
+            high=self.election_id >> 64, low=self.election_id & (2**64 - 1)
+        )
+
+    # -- pipeline --------------------------------------------------------------------
+
+    def get_pipeline(self) -> p4runtime_pb2.ForwardingPipelineConfig:
+        request = _Get(device_id=self.device_id, response_type=_Get.P4INFO_AND_COOKIE)
+        return self._call(
+            lambda: self.stub.GetForwardingPipelineConfig(request, timeout=self.timeout)
+        ).config
+
+    def set_pipeline(self, p4info: p4info_pb2.P4Info, device_config: bytes, cookie: int) -> None:
+        request = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+            device_id=self.device_id,
+            election_id=self._election(),
+            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+        )
+        request.config.p4info.CopyFrom(p4info)
+        request.config.p4_device_config = device_config
+        request.config.cookie.cookie = cookie
+        self._call(lambda: self.stub.SetForwardingPipelineConfig(request, timeout=60))
+
+    # -- entities ----------------------------------------------------------------------
+
+    def write(self, updates: list[p4runtime_pb2.Update]) -> None:
+        if not updates:
+            return
+        request = p4runtime_pb2.WriteRequest(
+            device_id=self.device_id, election_id=self._election(), updates=updates
+        )
+        try:
+            self._call(lambda: self.stub.Write(request, timeout=self.timeout))
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.UNKNOWN:
+                raise
+            raise WriteFailed(batch_errors(err)) from None
+
+    def read(self, entities: Iterable[p4runtime_pb2.Entity]) -> list[p4runtime_pb2.Entity]:
+        request = p4runtime_pb2.ReadRequest(device_id=self.device_id, entities=list(entities))
+
+        def run():
+            return [
+                e for reply in self.stub.Read(request, timeout=self.timeout) for e in reply.entities
+            ]
+
+        return self._call(run)

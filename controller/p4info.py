@@ -1,0 +1,99 @@
+"""Names to ids for one P4Info, and table entries built from names and integers.
+
+Every id the controller sends comes from the P4Info it pushed, looked up by
+the names of TEAM.md's control surface; a name the P4Info lacks is a
+ConfigError before anything is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+
+
+class ConfigError(ValueError):
+    """A configuration the controller refuses before touching any switch."""
+
+
+def load_p4info(path: str | Path) -> p4info_pb2.P4Info:
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read P4Info {path}: {err.strerror}") from None
+    try:
+        return text_format.Parse(text, p4info_pb2.P4Info())
+    except text_format.ParseError as err:
+        raise ConfigError(f"P4Info {path} is not a text P4Info: {err}") from None
+
+
+def encode(value: int, bitwidth: int) -> bytes:
+    """P4Runtime's canonical byte string: big-endian, no leading zero bytes."""
+    if value < 0 or value >> bitwidth:
+        raise ConfigError(f"value {value} does not fit in {bitwidth} bits")
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def entry_key(entry: p4runtime_pb2.TableEntry) -> tuple:
+    """An entry's identity independent of how its byte strings were padded."""
+    fields = []
+    for m in entry.match:
+        kind = m.WhichOneof("field_match_type")
+        if kind == "exact":
+            fields.append((m.field_id, int.from_bytes(m.exact.value, "big"), -1))
+        elif kind == "lpm":
+            fields.append((m.field_id, int.from_bytes(m.lpm.value, "big"), m.lpm.prefix_len))
+    return (entry.table_id, tuple(sorted(fields)))
+
+
+def entry_action(entry: p4runtime_pb2.TableEntry) -> tuple:
+    action = entry.action.action
+    params = sorted((p.param_id, int.from_bytes(p.value, "big")) for p in action.params)
+    return (action.action_id, tuple(params))
+
+
+class P4InfoIndex:
+    def __init__(self, p4info: p4info_pb2.P4Info):
+        self.p4info = p4info
+        self.tables = {t.preamble.name: t for t in p4info.tables}
+        self.actions = {a.preamble.name: a for a in p4info.actions}
+        self.counters = {c.preamble.name: c for c in p4info.counters}
+        self.counter_names = {c.preamble.id: c.preamble.name for c in p4info.counters}
+
+    def _find(self, kind: str, names: dict, name: str):
+        if name not in names:
+            raise ConfigError(f"P4Info has no {kind} {name}")
+        return names[name]
+
+    def table_id(self, name: str) -> int:
+        return self._find("table", self.tables, name).preamble.id
+
+    def counter(self, name: str) -> p4info_pb2.Counter:
+        return self._find("counter", self.counters, name)
+
+    def table_entry(
+        self, table: str, match: dict[str, int | tuple[int, int]], action: str, params: dict
+    ) -> p4runtime_pb2.TableEntry:
+        """An entry from names: exact fields map to ints, LPM fields to (value, prefix length)."""
+        info = self._find("table", self.tables, table)
+        act = self._find("action", self.actions, action)
+        entry = p4runtime_pb2.TableEntry(table_id=info.preamble.id)
+        fields = {m.name: m for m in info.match_fields}
+        for name, value in match.items():
+            field = self._find(f"match field of {table}", fields, name)
+            m = entry.match.add(field_id=field.id)
+            if field.match_type == p4info_pb2.MatchField.LPM:
+                m.lpm.value = encode(value[0], field.bitwidth)
+                m.lpm.prefix_len = value[1]
+            else:
+                m.exact.value = encode(value, field.bitwidth)
+        entry.action.action.action_id = act.preamble.id
+        declared = {p.name: p for p in act.params}
+        if set(params) != set(declared):
+            raise ConfigError(f"action {action} takes {sorted(declared)}, given {sorted(params)}")
+        for name, value in params.items():
+            param = declared[name]
+            entry.action.action.params.add(param_id=param.id, value=encode(value, param.bitwidth))
+        return entry

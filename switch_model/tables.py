@@ -1,0 +1,305 @@
+"""Table entries as P4Runtime defines them, and the lookup snapshot the dataplane reads.
+
+Entries are validated and keyed the way P4Runtime requires (exact values and
+LPM prefixes as integers, so a padded and a canonical byte string name the same
+entry). After every Write batch the store compiles an immutable `Forwarding`
+snapshot that the packet loop picks up with one attribute read, so the loop
+never takes a lock.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from google.rpc import code_pb2
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+
+from switch_model import surface
+from switch_model.surface import Pipeline, TableInfo
+
+Route = tuple
+"""(0,) drop; (1, dmac: bytes, port: int) next hop; (2, group: int, members: int) ECMP group."""
+Thresholds = tuple[int, int, int, int]
+"""(data_queue_bytes, ecn_kmin, ecn_kmax, ecn_pmax)."""
+
+DROP_ROUTE: Route = (0,)
+LPM_CACHE_LIMIT = 1 << 16
+
+_Update = p4runtime_pb2.Update
+
+
+class P4RuntimeError(Exception):
+    """One failed update or request, with the canonical code P4Runtime prescribes for it."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _int(value: bytes, bitwidth: int, what: str) -> int:
+    if not value:
+        raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: empty byte string")
+    number = int.from_bytes(value, "big")
+    if number >> bitwidth:
+        raise P4RuntimeError(
+            code_pb2.INVALID_ARGUMENT, f"{what}: value 0x{value.hex()} exceeds {bitwidth} bits"
+        )
+    return number
+
+
+@dataclass(frozen=True)
+class Forwarding:
+    """What the packet loop looks up; replaced whole, never changed in place."""
+
+    lpm: tuple[tuple[int, dict[int, Route]], ...] = ()
+    """(mask, {masked destination: route}) by decreasing prefix length."""
+    lpm_default: Route = DROP_ROUTE
+    ecmp: dict[tuple[int, int], Route] = field(default_factory=dict)
+    ecmp_default: Route = DROP_ROUTE
+    thresholds: dict[int, Thresholds] = field(default_factory=dict)
+    thresholds_default: Thresholds | None = None
+    cache: dict[int, Route] = field(default_factory=dict)
+
+    def route(self, dst: int) -> Route:
+        hit = self.cache.get(dst)
+        if hit is not None:
+            return hit
+        result = self.lpm_default
+        for mask, prefixes in self.lpm:
+            found = prefixes.get(dst & mask)
+            if found is not None:
+                result = found
+                break
+        if len(self.cache) >= LPM_CACHE_LIMIT:
+            self.cache.clear()
+        self.cache[dst] = result
+        return result
+
+
+class TableStore:
+    """The entries of the program's three tables, with P4Runtime's insert/modify/delete rules."""
+
+    def __init__(self, pipe: Pipeline):
+        self.pipe = pipe
+        self.entries: dict[int, dict[tuple, p4runtime_pb2.TableEntry]] = {
+            tid: {} for tid in pipe.tables
+        }
+        self.defaults: dict[int, p4runtime_pb2.TableEntry] = {
+            tid: self._initial_default(t) for tid, t in pipe.tables.items()
+        }
+        self._scopes = {
+            (t.preamble.id, ref.id): ref.scope for t in pipe.p4info.tables for ref in t.action_refs
+        }
+
+    def _initial_default(self, table: TableInfo) -> p4runtime_pb2.TableEntry:
+        entry = p4runtime_pb2.TableEntry(table_id=table.id, is_default_action=True)
+        if table.const_default_action_id:
+            entry.action.action.action_id = table.const_default_action_id
+            return entry
+        drop = self.pipe.action_ids[surface.DROP]
+        no_action = self.pipe.action_ids.get(surface.NO_ACTION)
+        chosen = drop if drop in table.actions else no_action
+        if chosen is not None:
+            entry.action.action.action_id = chosen
+        return entry
+
+    def clone(self) -> TableStore:
+        """A copy to apply an all-or-nothing batch to."""
+        twin = copy.copy(self)
+        twin.entries = {tid: dict(rows) for tid, rows in self.entries.items()}
+        twin.defaults = dict(self.defaults)
+        return twin
+
+    def _table(self, table_id: int) -> TableInfo:
+        table = self.pipe.tables.get(table_id)
+        if table is None:
+            raise P4RuntimeError(code_pb2.NOT_FOUND, f"unknown table id {table_id}")
+        return table
+
+    def _key(self, table: TableInfo, entry: p4runtime_pb2.TableEntry) -> tuple:
+        given = {}
+        for m in entry.match:
+            if m.field_id in given:
+                raise P4RuntimeError(
+                    code_pb2.INVALID_ARGUMENT, f"{table.name}: match field {m.field_id} twice"
+                )
+            given[m.field_id] = m
+        known = {fid for fid, _, _ in table.key}
+        if set(given) - known:
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT,
+                f"{table.name}: unknown match field id(s) {sorted(set(given) - known)}",
+            )
+        if entry.priority:
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT, f"{table.name}: priority must be 0 for exact/LPM keys"
+            )
+        key: list = []
+        for fid, match_type, width in table.key:
+            m = given.get(fid)
+            what = f"{table.name} field {fid}"
+            if match_type == p4info_pb2.MatchField.EXACT:
+                if m is None or not m.HasField("exact"):
+                    raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: exact value missing")
+                key.append(_int(m.exact.value, width, what))
+                continue
+            if m is None:
+                key.append((0, 0))
+                continue
+            if not m.HasField("lpm"):
+                raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: expected an LPM match")
+            plen = m.lpm.prefix_len
+            if not 0 < plen <= width:
+                raise P4RuntimeError(
+                    code_pb2.INVALID_ARGUMENT,
+                    f"{what}: prefix length {plen} outside 1..{width} (omit the field for /0)",
+                )
+            value = _int(m.lpm.value, width, what)
+            if value & ((1 << (width - plen)) - 1):
+                raise P4RuntimeError(
+                    code_pb2.INVALID_ARGUMENT, f"{what}: bits set beyond the /{plen} prefix"
+                )
+            key.append((value, plen))
+        return tuple(key)
+
+    def _check_action(
+        self, table: TableInfo, entry: p4runtime_pb2.TableEntry, default: bool
+    ) -> None:
+        if entry.action.WhichOneof("type") != "action":
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT, f"{table.name}: entry needs a direct action"
+            )
+        action = entry.action.action
+        info = self.pipe.actions.get(action.action_id)
+        if info is None:
+            raise P4RuntimeError(code_pb2.NOT_FOUND, f"unknown action id {action.action_id}")
+        if action.action_id not in table.actions:
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT, f"action {info.name} is not an action of {table.name}"
+            )
+        scope = self._scopes.get((table.id, action.action_id))
+        wrong = p4info_pb2.ActionRef.TABLE_ONLY if default else p4info_pb2.ActionRef.DEFAULT_ONLY
+        if scope == wrong:
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT, f"action {info.name} not allowed here in {table.name}"
+            )
+        widths = dict(info.params)
+        seen = set()
+        for param in action.params:
+            if param.param_id not in widths or param.param_id in seen:
+                raise P4RuntimeError(
+                    code_pb2.INVALID_ARGUMENT,
+                    f"action {info.name}: unknown or repeated param id {param.param_id}",
+                )
+            seen.add(param.param_id)
+            _int(param.value, widths[param.param_id], f"action {info.name} param {param.param_id}")
+        if seen != set(widths):
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT,
+                f"action {info.name}: params {sorted(set(widths) - seen)} missing",
+            )
+
+    def apply(self, update: p4runtime_pb2.Update) -> None:
+        """Apply one table-entry update or raise P4RuntimeError; the store is unchanged on error."""
+        entry = update.entity.table_entry
+        table = self._table(entry.table_id)
+        if entry.is_default_action:
+            if update.type != _Update.MODIFY:
+                raise P4RuntimeError(
+                    code_pb2.INVALID_ARGUMENT, f"{table.name}: default entry can only be modified"
+                )
+            if entry.match:
+                raise P4RuntimeError(
+                    code_pb2.INVALID_ARGUMENT, f"{table.name}: default entry has no match"
+                )
+            if table.const_default_action_id:
+                raise P4RuntimeError(
+                    code_pb2.PERMISSION_DENIED, f"{table.name}: default action is const"
+                )
+            stored = p4runtime_pb2.TableEntry(table_id=table.id, is_default_action=True)
+            if entry.HasField("action"):
+                self._check_action(table, entry, default=True)
+                stored.action.CopyFrom(entry.action)
+                self.defaults[table.id] = stored
+            else:
+                self.defaults[table.id] = self._initial_default(table)
+            return
+        key = self._key(table, entry)
+        rows = self.entries[table.id]
+        if update.type == _Update.INSERT:
+            if key in rows:
+                raise P4RuntimeError(code_pb2.ALREADY_EXISTS, f"{table.name}: entry exists")
+            if table.size and len(rows) >= table.size:
+                raise P4RuntimeError(code_pb2.RESOURCE_EXHAUSTED, f"{table.name} is full")
+            self._check_action(table, entry, default=False)
+        elif update.type == _Update.MODIFY:
+            if key not in rows:
+                raise P4RuntimeError(code_pb2.NOT_FOUND, f"{table.name}: no such entry")
+            self._check_action(table, entry, default=False)
+        elif update.type == _Update.DELETE:
+            if key not in rows:
+                raise P4RuntimeError(code_pb2.NOT_FOUND, f"{table.name}: no such entry")
+            del rows[key]
+            return
+        else:
+            raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, "update type unspecified")
+        stored = p4runtime_pb2.TableEntry()
+        stored.CopyFrom(entry)
+        rows[key] = stored
+
+    def read(self, query: p4runtime_pb2.TableEntry) -> Iterator[p4runtime_pb2.TableEntry]:
+        """Entries matching a Read request's table entry (table id 0 and no match are wildcards)."""
+        if query.table_id == 0:
+            for rows in self.entries.values():
+                yield from rows.values()
+            return
+        table = self._table(query.table_id)
+        if query.is_default_action:
+            yield self.defaults[table.id]
+        elif query.match:
+            found = self.entries[table.id].get(self._key(table, query))
+            if found is not None:
+                yield found
+        else:
+            yield from self.entries[table.id].values()
+
+    def _params(self, entry: p4runtime_pb2.TableEntry) -> tuple[str, list[int]]:
+        action = entry.action.action
+        info = self.pipe.actions[action.action_id]
+        values = {p.param_id: int.from_bytes(p.value, "big") for p in action.params}
+        return info.name, [values[pid] for pid, _ in info.params]
+
+    def _route(self, entry: p4runtime_pb2.TableEntry) -> Route:
+        name, args = self._params(entry)
+        if name == surface.SET_NHOP:
+            return (1, args[0].to_bytes(6, "big"), args[1])
+        if name == surface.SET_ECMP_GROUP:
+            return (2, args[0], args[1])
+        return DROP_ROUTE
+
+    def _thresholds(self, entry: p4runtime_pb2.TableEntry) -> Thresholds | None:
+        name, args = self._params(entry) if entry.action.action.action_id else ("", [])
+        return (args[0], args[1], args[2], args[3]) if name == surface.SET_THRESHOLDS else None
+
+    def compile(self) -> Forwarding:
+        ids = self.pipe.table_ids
+        by_len: dict[int, dict[int, Route]] = {}
+        for ((value, plen),), entry in self.entries[ids[surface.LPM_TABLE]].items():
+            by_len.setdefault(plen, {})[value] = self._route(entry)
+        lpm = tuple(
+            (((1 << 32) - 1) ^ ((1 << (32 - plen)) - 1), by_len[plen])
+            for plen in sorted(by_len, reverse=True)
+        )
+        ecmp_id, th_id = ids[surface.ECMP_TABLE], ids[surface.THRESHOLD_TABLE]
+        return Forwarding(
+            lpm=lpm,
+            lpm_default=self._route(self.defaults[ids[surface.LPM_TABLE]]),
+            ecmp={key: self._route(e) for key, e in self.entries[ecmp_id].items()},
+            ecmp_default=self._route(self.defaults[ecmp_id]),
+            thresholds={key[0]: self._thresholds(e) for key, e in self.entries[th_id].items()},
+            thresholds_default=self._thresholds(self.defaults[th_id]),
+        )

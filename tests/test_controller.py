@@ -1,0 +1,294 @@
+"""forgive-ctl against real model switches over real gRPC, and its description checks."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+from p4.v1 import p4runtime_pb2
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from switch_harness import (
+    ModelProcess,
+    VethSet,
+    can_use_netns,
+    free_tcp_port,
+    p4info_path,
+)
+
+from controller import cli
+from controller.client import SwitchClient, SwitchUnreachable
+from controller.fabric_control import FabricController
+from controller.p4info import ConfigError
+from controller.shaping import bmv2_commands
+from controller.topology import PortSpec, parse, switch_port_mac
+from host_agent.wire import FORGIVE_UDP_PORT
+
+netns = pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns()))
+
+H1_MAC, H2_MAC = "02:00:00:00:01:01", "02:00:00:00:02:02"
+
+
+def description(s1: ModelProcess, s2: ModelProcess, **extra) -> dict:
+    return {
+        "switches": {
+            "s1": {"target": "model", "grpc": s1.grpc, "device_id": 1, "control": s1.control},
+            "s2": {"target": "model", "grpc": s2.grpc, "device_id": 2, "control": s2.control},
+        },
+        "hosts": {
+            "h1": {"ip": "10.0.1.1", "mac": H1_MAC},
+            "h2": {"ip": "10.0.2.2", "mac": H2_MAC},
+        },
+        "links": [
+            {"a": "h1", "b": "s1:1", "rate_bps": 500_000_000},
+            {"a": "s1:2", "b": "s2:1"},
+            {"a": "s1:3", "b": "s2:2"},
+            {"a": "s2:3", "b": "h2"},
+        ],
+        **extra,
+    }
+
+
+class Fabric:
+    def __init__(self, veths: VethSet, tmp_path):
+        self.veths = veths
+        self.tmp_path = tmp_path
+        p = veths.pairs
+        self.s1 = ModelProcess(
+            {1: p[1].switch_end, 2: p[2].switch_end, 3: p[3].switch_end},
+            name="s1",
+            device_id=1,
+            workdir=tmp_path,
+        )
+        self.s2 = ModelProcess(
+            {1: p[2].test_end, 2: p[3].test_end, 3: p[4].switch_end},
+            name="s2",
+            device_id=2,
+            workdir=tmp_path,
+        )
+
+    def write(self, desc: dict) -> str:
+        path = self.tmp_path / "fabric.json"
+        path.write_text(json.dumps(desc))
+        return str(path)
+
+    def controller(self, **extra) -> FabricController:
+        return FabricController(
+            parse(description(self.s1, self.s2, **extra)), p4info_path(), self.tmp_path / "dev.json"
+        )
+
+
+@pytest.fixture
+def fabric(tmp_path):
+    (tmp_path / "dev.json").write_text("{}")
+    with VethSet(4) as veths:
+        f = Fabric(veths, tmp_path)
+        try:
+            f.s1.start()
+            f.s2.start()
+            yield f
+        finally:
+            f.s1.stop()
+            f.s2.stop()
+
+
+def frame(sport: int) -> bytes:
+    return bytes(
+        Ether(src=H1_MAC, dst="02:00:00:00:ff:ff")
+        / IP(src="10.0.1.1", dst="10.0.2.2")
+        / UDP(sport=sport, dport=FORGIVE_UDP_PORT, chksum=0)
+        / bytes([0x11, 0, 0, 100])
+        / bytes(12)
+    )
+
+
+def read_tables(controller: FabricController, switch: str) -> list:
+    return controller.clients[switch].read(
+        [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())]
+    )
+
+
+@netns
+def test_apply_installs_routes_ecmp_and_thresholds_and_is_idempotent(fabric):
+    ctl = fabric.controller()
+    try:
+        first = ctl.apply()
+        assert first["s1"].pipeline_pushed and first["s2"].pipeline_pushed
+        # s1: 3 threshold entries, a 2-member ECMP group towards h2, 2 routes
+        assert (first["s1"].inserted, first["s2"].inserted) == (3 + 2 + 2, 3 + 2 + 2)
+        again = ctl.apply()
+        assert all(
+            (r.pipeline_pushed, r.inserted, r.modified, r.deleted) == (False, 0, 0, 0)
+            for r in again.values()
+        )
+        entries = read_tables(ctl, "s1")
+        names = {t.preamble.id: t.preamble.name for t in ctl.p4info.tables}
+        assert (
+            sorted(names[e.table_entry.table_id] for e in entries).count("MyIngress.ecmp_nhop") == 2
+        )
+        stats = fabric.s1.stats()["ports"]
+        assert stats["1"]["rate_bps"] == 500_000_000 and stats["2"]["rate_bps"] == 0
+    finally:
+        ctl.close()
+    changed = fabric.controller(
+        ports={"s1:2": {"ecn_kmin": 1000}}, thresholds={"ecn_kmax": 2_000_000}
+    )
+    try:
+        report = changed.apply()
+        assert (report["s1"].inserted, report["s1"].modified, report["s1"].deleted) == (0, 3, 0)
+    finally:
+        changed.close()
+    smaller = description(fabric.s1, fabric.s2)
+    del smaller["hosts"]["h2"]
+    smaller["links"] = [link for link in smaller["links"] if link["b"] != "h2"]
+    shrunk = FabricController(parse(smaller), p4info_path(), fabric.tmp_path / "dev.json")
+    try:
+        report = shrunk.apply()
+        # s1 loses its route to h2 and that ECMP group's two members; s2 its route to h2 and
+        # the thresholds of the port h2 hung off
+        assert (report["s1"].deleted, report["s2"].deleted) == (3, 2)
+        assert len(read_tables(shrunk, "s1")) == 3 + 1
+    finally:
+        shrunk.close()
+
+
+@netns
+def test_traffic_crosses_the_configured_fabric_over_both_paths(fabric):
+    ctl = fabric.controller()
+    try:
+        ctl.apply()
+        h1, h2 = fabric.veths.pairs[1], fabric.veths.pairs[4]
+        for sport in range(40000, 40040):
+            h1.send(frame(sport))
+        got = h2.receive(timeout=1.0, count=40)
+        assert len(got) == 40
+        assert all(Ether(f).dst == H2_MAC and Ether(f)[IP].ttl == 62 for f in got)
+        rows = ctl.counters("s1")
+        assert rows[2]["tx_packets"] > 0 and rows[3]["tx_packets"] > 0
+        assert rows[2]["tx_packets"] + rows[3]["tx_packets"] == 40
+        assert ctl.counters("s2")[3]["tx_packets"] == 40
+        sources = {int(Ether(f).src.replace(":", ""), 16) for f in got}
+        assert sources == {switch_port_mac("s2", 1), switch_port_mac("s2", 2)}
+    finally:
+        ctl.close()
+
+
+@netns
+def test_counters_command_prints_a_table(fabric, capsys):
+    path = fabric.write(description(fabric.s1, fabric.s2))
+    args = ["--p4info", str(p4info_path()), "--device-config", str(fabric.tmp_path / "dev.json")]
+    assert cli.main(["apply", path, *args]) == 0
+    fabric.veths.pairs[1].send(frame(40000))
+    fabric.veths.pairs[4].receive(timeout=1.0, count=1)
+    capsys.readouterr()
+    assert cli.main(["counters", path, "--switch", "s2", *args]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "switch",
+        "port",
+        "tx_packets",
+        "tx_bytes",
+        "ce_marks",
+        "trims",
+        "drops",
+    ]
+    row = {int(line.split()[1]): line.split() for line in lines[1:]}
+    assert row[3][2] == "1" and int(row[3][3]) == 58
+
+
+@netns
+def test_switch_restart_is_picked_up_by_the_same_controller(fabric):
+    ctl = fabric.controller()
+    try:
+        ctl.apply()
+        fabric.s2.stop()
+        fabric.s2.start()
+        report = ctl.apply()
+        assert report["s2"].pipeline_pushed and report["s2"].inserted == 7
+        assert not report["s1"].pipeline_pushed and report["s1"].inserted == 0
+        fabric.veths.pairs[1].send(frame(40001))
+        assert len(fabric.veths.pairs[4].receive(timeout=1.0, count=1)) == 1
+    finally:
+        ctl.close()
+
+
+@netns
+def test_unreachable_switch_stops_the_run_before_any_write(fabric, capsys):
+    fabric.s2.stop()
+    path = fabric.write(description(fabric.s1, fabric.s2))
+    args = ["--p4info", str(p4info_path()), "--device-config", str(fabric.tmp_path / "dev.json")]
+    assert cli.main(["apply", path, *args]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "s2" in err[0] and "did not answer" in err[0]
+    probe = fabric.controller()
+    try:
+        probe.clients["s1"].connect()
+        with pytest.raises(grpc.RpcError) as err:
+            probe.clients["s1"].get_pipeline()
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        probe.close()
+
+
+def test_bad_descriptions_are_one_line_errors(tmp_path, capsys):
+    good = {
+        "switches": {
+            "s1": {"target": "model", "grpc": f"127.0.0.1:{free_tcp_port()}", "control": "/tmp/x"}
+        },
+        "hosts": {"h1": {"ip": "10.0.0.1", "mac": "02:00:00:00:00:01"}},
+        "links": [{"a": "h1", "b": "s1:1"}],
+    }
+    parse(good)
+    cases = [
+        ({"switches": {"s1": {"target": "tofino", "grpc": "x:1"}}}, "target"),
+        ({"hosts": {"h1": {"ip": "10.0.0.300", "mac": "02:00:00:00:00:01"}}}, "bad IPv4"),
+        ({"links": [{"a": "h1", "b": "s9:1"}]}, "neither a host"),
+        ({"links": [{"a": "h1", "b": "s1:1"}, {"a": "s1:1", "b": "h1"}]}, "two links"),
+        ({"thresholds": {"ecn_kmin": 10, "ecn_kmax": 5}}, "exceeds ecn_kmax"),
+        ({"thresholds": {"ecn_pmax": 70000}}, "65536"),
+        ({"ports": {"s1:7": {"ecn_kmin": 1}}}, "not on any link"),
+        ({"colour": "blue"}, "unknown topology keys"),
+    ]
+    for change, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            parse({**good, **change})
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    assert cli.main(["apply", str(path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("forgive-ctl: topology") and "not JSON" in err[0]
+    path.write_text(json.dumps(good))
+    assert cli.main(["apply", str(path), "--p4info", str(tmp_path / "none.txtpb")]) == 1
+    assert "cannot read P4Info" in capsys.readouterr().err
+
+
+def test_bmv2_shaping_is_in_packets_of_a_full_data_frame():
+    spec = PortSpec(
+        (1, 2, 3, 4), rate_bps=1_000_000_000, low_queue_bytes=4 << 20, high_queue_bytes=None
+    )
+    assert bmv2_commands(3, spec) == ["set_queue_rate 30091 3", "set_queue_depth 1010 3"]
+
+
+def test_unreachable_address_gives_a_clear_error():
+    with pytest.raises(SwitchUnreachable, match=r"s9 at 127\.0\.0\.1:\d+ did not answer"):
+        SwitchClient("s9", f"127.0.0.1:{free_tcp_port()}", timeout=0.5).connect()
+
+
+@netns
+def test_wrong_control_socket_is_refused_before_any_write(fabric, capsys):
+    desc = description(fabric.s1, fabric.s2)
+    desc["switches"]["s2"]["control"] = str(fabric.tmp_path / "nowhere.sock")
+    path = fabric.write(desc)
+    args = ["--p4info", str(p4info_path()), "--device-config", str(fabric.tmp_path / "dev.json")]
+    assert cli.main(["apply", path, *args]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "s2" in err[0] and "control socket" in err[0]
+    probe = SwitchClient("s1", fabric.s1.grpc, 1, election_id=2)
+    try:
+        probe.connect()
+        with pytest.raises(grpc.RpcError) as missing:
+            probe.get_pipeline()
+        assert missing.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        probe.close()

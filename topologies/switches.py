@@ -1,0 +1,249 @@
+"""Mininet switches for the two FORGIVE targets: the switch model and BMv2.
+
+Both run one process per switch in the root namespace on the switch's Mininet
+interfaces, listen for P4Runtime on their own gRPC port and write a log file;
+they differ only in the command line and in the side channel for queue rates
+(the model's control socket, BMv2's Thrift port). `start` returns once the
+switch answers and stops the process again if it never does; `stop` ends the
+process before Mininet deletes the interfaces. `describe` turns a started
+network into the description `forgive-ctl` and `FabricController` take, so a
+runner configures either kind (or a mix) the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mininet.node import Switch
+
+from switch_model import control
+
+OFFLOADS = ("tx", "rx", "tso", "gso", "gro")
+_devices = itertools.count(1)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the switch binds it a moment later)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    out = subprocess.run(
+        ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=False
+    ).stdout
+    return bool(out.strip())
+
+
+class ForgiveSwitch(Switch):
+    """A P4Runtime switch process on this node's interfaces (abstract: see the two below)."""
+
+    target = ""
+
+    def __init__(
+        self,
+        name: str,
+        grpc_port: int | None = None,
+        device_id: int | None = None,
+        log_dir: str = "/tmp",
+        start_timeout: float = 30.0,
+        **params,
+    ):
+        super().__init__(name, **params)
+        self.grpc_port = grpc_port or free_port()
+        self.device_id = device_id or next(_devices)
+        self.log_dir = Path(log_dir)
+        self.start_timeout = start_timeout
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def grpc(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.log_dir / f"{self.name}.{self.target}.log"
+
+    def port_interfaces(self) -> dict[int, str]:
+        return {self.ports[i]: i.name for i in self.intfList() if i.name != "lo"}
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def after_start(self) -> None:
+        """Target set-up that needs the running process."""
+
+    def spec(self) -> dict:
+        """This switch as an entry of a fabric description's "switches"."""
+        raise NotImplementedError
+
+    def _offloads_off(self) -> None:
+        """Checksum and segmentation offloads off on both ends of every link, so frames cross
+        the switch as sent (a raw socket would otherwise see partial UDP checksums and
+        super-frames from a host's kernel)."""
+        args = " ".join(f"{o} off" for o in OFFLOADS)
+        for intf in self.intfList():
+            link = getattr(intf, "link", None)
+            if link is None:
+                continue
+            for end in (link.intf1, link.intf2):
+                end.node.cmd(f"ethtool -K {end.name} {args} >/dev/null 2>&1")
+
+    def start(self, controllers) -> None:
+        self._offloads_off()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.start_timeout
+        try:
+            while not self.ready():
+                if self.process.poll() is not None:
+                    raise RuntimeError(
+                        f"{self.name} ({self.target}) exited with status "
+                        f"{self.process.returncode}; see {self.log_file}"
+                    )
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name} ({self.target}) did not come up in time")
+                time.sleep(0.05)
+            self.after_start()
+        except BaseException:
+            self._end_process()
+            raise
+
+    def _end_process(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def stop(self, deleteIntfs: bool = True) -> None:
+        self._end_process()
+        super().stop(deleteIntfs)
+
+
+class ModelSwitch(ForgiveSwitch):
+    """The Python switch model, `forgive-switch`."""
+
+    target = "model"
+
+    @property
+    def control_path(self) -> str:
+        return str(self.log_dir / f"{self.name}.model.sock")
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "switch_model.cli", "--name", self.name]
+        cmd += ["--grpc", self.grpc, "--device-id", str(self.device_id)]
+        cmd += ["--control", self.control_path]
+        for port, ifname in sorted(self.port_interfaces().items()):
+            cmd += ["-i", f"{port}={ifname}"]
+        return cmd
+
+    def ready(self) -> bool:
+        try:
+            control.request(self.control_path, {"cmd": "stats"}, timeout=1)
+        except (OSError, ValueError):
+            return False
+        return _listening(self.grpc_port)
+
+    def spec(self) -> dict:
+        return {
+            "target": "model",
+            "grpc": self.grpc,
+            "device_id": self.device_id,
+            "control": self.control_path,
+        }
+
+
+class Bmv2Switch(ForgiveSwitch):
+    """BMv2 `simple_switch_grpc` with two strict-priority queues per port."""
+
+    target = "bmv2"
+    BINARY = "simple_switch_grpc"
+    QUEUE_DEPTH_PKTS = 100_000
+    """BMv2's own buffer, far above any data_queue_bytes, as the PTF harness sets it."""
+
+    def __init__(
+        self, name: str, thrift_port: int | None = None, log_level: str = "warn", **params
+    ):
+        """`log_level` is BMv2's; per-packet levels (debug, trace) cost most of its speed."""
+        super().__init__(name, **params)
+        self.thrift_port = thrift_port or free_port()
+        self.log_level = log_level
+
+    @classmethod
+    def missing(cls) -> str | None:
+        for tool in (cls.BINARY, "simple_switch_CLI"):
+            if shutil.which(tool) is None:
+                return f"{tool} not installed"
+        return None
+
+    def command(self) -> list[str]:
+        cmd = [self.BINARY, "--device-id", str(self.device_id), "--no-p4"]
+        for port, ifname in sorted(self.port_interfaces().items()):
+            cmd += ["-i", f"{port}@{ifname}"]
+        cmd += ["--thrift-port", str(self.thrift_port), "--log-level", self.log_level]
+        cmd += ["--log-file", str(self.log_file)]
+        cmd += ["--log-flush", "--", "--grpc-server-addr", self.grpc, "--priority-queues", "2"]
+        return cmd
+
+    def ready(self) -> bool:
+        return _listening(self.grpc_port) and _listening(self.thrift_port)
+
+    def after_start(self) -> None:
+        cli = shutil.which("simple_switch_CLI") or "simple_switch_CLI"
+        result = subprocess.run(
+            [sys.executable, cli, "--thrift-port", str(self.thrift_port)],
+            input=f"set_queue_depth {self.QUEUE_DEPTH_PKTS}\n",
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if result.returncode != 0 or "Error" in result.stdout:
+            raise RuntimeError(f"{self.name}: set_queue_depth failed: {result.stderr.strip()}")
+
+    def spec(self) -> dict:
+        return {
+            "target": "bmv2",
+            "grpc": self.grpc,
+            "device_id": self.device_id,
+            "thrift_port": self.thrift_port,
+        }
+
+
+def describe(net, **settings) -> dict:
+    """The fabric description of a started Mininet network of ForgiveSwitches.
+
+    `settings` adds the description's "thresholds", "queues" and "ports" keys;
+    a link's "bw" parameter (Mbit/s) becomes the line rate of its switch ends.
+    """
+    switches = {s.name: s.spec() for s in net.switches if isinstance(s, ForgiveSwitch)}
+    hosts = {h.name: {"ip": h.IP(), "mac": h.MAC()} for h in net.hosts}
+    links = []
+    for link in net.links:
+        ends = []
+        for intf in (link.intf1, link.intf2):
+            node = intf.node
+            ends.append(node.name if node.name in hosts else f"{node.name}:{node.ports[intf]}")
+        entry = {"a": ends[0], "b": ends[1]}
+        with contextlib.suppress(AttributeError, KeyError, TypeError):
+            entry["rate_bps"] = int(link.intf1.params["bw"] * 1_000_000)
+        links.append(entry)
+    return {"switches": switches, "hosts": hosts, "links": links, **settings}
