@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from topologies.processes import stop_process
+
 PRIO_LOW = 0
 """The data queue. BMv2's priority queueing serves the highest value first."""
 PRIO_HIGH = 1
@@ -142,14 +144,7 @@ class Bmv2Target(SwitchTarget):
         bmv2_cli(ep, f"set_queue_depth {self.QUEUE_DEPTH_PKTS}")
 
     def stop(self) -> None:
-        if self._proc is None:
-            return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        stop_process(self._proc)
         self._proc = None
 
     def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:
@@ -209,14 +204,7 @@ class ModelTarget(SwitchTarget):
         wait_for_listen(ep.netns, ep.grpc_port, time.monotonic() + timeout, self._proc)
 
     def stop(self) -> None:
-        if self._proc is None:
-            return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        stop_process(self._proc)
         self._proc = None
 
     def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:

@@ -23,6 +23,7 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 from switch_model import control
+from topologies.processes import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 BUILT_P4INFO = REPO / "p4src/build/forgive.p4info.txtpb"
@@ -199,13 +200,7 @@ class ModelProcess:
         raise RuntimeError("forgive-switch did not come up")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=5)
         self.proc = None
 
     def __enter__(self) -> ModelProcess:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from netns import Host, Lab, mac_of, netns_unavailable, reap_stale
+from netns import Host, Lab, mac_of, netns_unavailable
 
 from host_agent.api import AgentClient
 from workload.plan import Kind, kind_of
@@ -23,16 +23,6 @@ pytestmark = [
 ]
 RELAY = str(Path(__file__).with_name("relay.py"))
 EVENT_TIMEOUT = 20.0
-
-
-@pytest.fixture
-def lab(tmp_path):
-    reap_stale()
-    lab = Lab(tmp_path)
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 def start_agent(lab: Lab, host: Host, *extra: str) -> AgentClient:

@@ -24,6 +24,7 @@ from pathlib import Path
 from mininet.node import Switch
 
 from switch_model import control
+from topologies.processes import stop_process
 
 OFFLOADS = ("tx", "rx", "tso", "gso", "gro")
 _devices = itertools.count(1)
@@ -122,15 +123,7 @@ class ForgiveSwitch(Switch):
             raise
 
     def _end_process(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         self.process = None
 
     def stop(self, deleteIntfs: bool = True) -> None:

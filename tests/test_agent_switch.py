@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from netns import Host, Lab, mac_of, netns_unavailable, reap_stale
+from netns import Host, mac_of, netns_unavailable
 from test_agent_netns import WORKLOAD, done, ok, start_agent, train
 
 from host_agent.wire import PACKET_BYTES
@@ -23,20 +23,10 @@ pytestmark = [
     pytest.mark.netns,
     pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or ""),
 ]
-CONTROL = str(Path(__file__).with_name("bmv2_control.py"))
+CONTROL = str(Path(__file__).with_name("p4rt_control.py"))
 FRAME = 14 + 20 + 8 + 16 + PACKET_BYTES
 DRAIN_PPS = 1500
 """The receiver's data queue drains this slowly, so two senders overflow it."""
-
-
-@pytest.fixture
-def lab(tmp_path):
-    reap_stale()
-    lab = Lab(tmp_path)
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 @dataclass
@@ -89,7 +79,7 @@ def fabric(lab, request):
         switch.stop()
 
 
-def test_incast_through_bmv2_is_trimmed_marked_and_forgiven(lab, fabric):
+def test_incast_through_the_switch_is_trimmed_marked_and_forgiven(lab, fabric):
     hosts = fabric.hosts
     a, b, c = hosts
     rate = ("--line-rate", "1.2e8")  # each sender alone ~3600 pps, twice the drain
@@ -150,7 +140,7 @@ def test_incast_through_bmv2_is_trimmed_marked_and_forgiven(lab, fabric):
     assert counters["ce_marks"] > 0
 
 
-def test_training_through_bmv2_forgives_only_within_the_bound(lab, fabric):
+def test_training_through_the_switch_forgives_only_within_the_bound(lab, fabric):
     hosts = fabric.hosts
     out = train(lab, hosts, fabric.gateways, "forgive", *WORKLOAD, "--line-rate", "1.2e8")
     steps = [r for r in out if r["type"] == "train_step"]

@@ -1,4 +1,4 @@
-"""A test fixture: configures a running BMv2 over P4Runtime from inside its namespace.
+"""A test fixture: configures a running switch (BMv2 or the model) over P4Runtime from inside its namespace.
 
 Run with `ip netns exec`; P4Runtime listens on the switch namespace's loopback.
 Pushes forgive.p4, installs one /32 route per `IP=MAC=PORT` and the given
