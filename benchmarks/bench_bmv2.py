@@ -30,7 +30,8 @@ from multiprocessing import Process
 from pathlib import Path
 from statistics import median
 
-from ptf_tests.harness import AUX_PORT, BMV2_JSON, GRPC_PORT, P4INFO, namespace
+from controller import DEVICE_CONFIG, P4INFO
+from ptf_tests.harness import AUX_PORT, GRPC_PORT, namespace
 from ptf_tests.targets import Bmv2Target, Endpoint, bmv2_cli, wait_for_listen
 
 HERE = Path(__file__).resolve().parent
@@ -133,7 +134,7 @@ def measure(frame: bytes, seconds: float) -> float:
 def configure_forgive(grpc_addr: str) -> object:
     from ptf_tests.p4rt import SwitchSession, Thresholds
 
-    session = SwitchSession(grpc_addr, str(P4INFO), str(BMV2_JSON))
+    session = SwitchSession(grpc_addr, str(P4INFO), str(DEVICE_CONFIG))
     session.route("10.0.2.0/24", NHOP_MAC, 2)
     # managed port, limits out of reach: every admission test runs, nothing trims or marks
     session.set_thresholds(2, Thresholds(1 << 31, 1 << 30, 1 << 30, 65536))

@@ -15,14 +15,12 @@ import sys
 
 import grpc
 
+from controller import DEVICE_CONFIG, P4INFO
 from controller.client import SwitchUnreachable, WriteFailed
 from controller.fabric_control import FabricController
 from controller.p4info import ConfigError
 from controller.shaping import ShapingFailed
 from controller.topology import load
-
-DEFAULT_P4INFO = "p4src/build/forgive.p4info.txtpb"
-DEFAULT_DEVICE_CONFIG = "p4src/build/forgive.json"
 
 
 def format_counters(switch: str, rows: dict[int, dict[str, int]]) -> str:
@@ -40,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forgive-ctl", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("apply", "counters"))
     parser.add_argument("topology")
-    parser.add_argument("--p4info", default=DEFAULT_P4INFO)
-    parser.add_argument("--device-config", default=DEFAULT_DEVICE_CONFIG)
+    parser.add_argument("--p4info", default=str(P4INFO))
+    parser.add_argument("--device-config", default=str(DEVICE_CONFIG))
     parser.add_argument("--switch", action="append", help="only these switches (counters)")
     args = parser.parse_args(argv)
     controller = None

@@ -276,7 +276,7 @@ class HostAgent:
             return
         now = time.monotonic()
         dst_ip = ip_bytes(dst)
-        self.tx.open_flow(flow_id, len(data), now=now, data=data)
+        self.tx.open_flow(flow_id, len(data), now=now, data=data, peer=dst)
         sport = _SPORT_BASE | ((flow_id * 2654435761) >> 7) & 0x3FFF
         self._tx_flows[flow_id] = _TxFlow(
             dst_ip, TRAFFIC_CLASSES[traffic_class], sport, step, len(data), now

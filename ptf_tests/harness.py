@@ -22,12 +22,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller import DEVICE_CONFIG, P4INFO
 from ptf_tests.targets import TARGETS, Endpoint
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_DIR = Path(__file__).resolve().parent
-P4INFO = REPO / "p4src" / "build" / "forgive.p4info.txtpb"
-BMV2_JSON = REPO / "p4src" / "build" / "forgive.json"
 SWITCH_PORTS = (1, 2, 3, 4)
 MTU = 9000
 GRPC_PORT = 9559
@@ -53,7 +52,7 @@ def missing_prerequisite(target: str) -> str | None:
             return f"{tool} not installed"
     if not (Path(sys.executable).parent / "ptf").exists():
         return "ptf not installed in this Python environment"
-    for artifact in (P4INFO, BMV2_JSON):
+    for artifact in (P4INFO, DEVICE_CONFIG):
         if not artifact.exists():
             return f"{artifact.relative_to(REPO)} missing (run make p4)"
     return TARGETS[target].missing()
@@ -121,7 +120,7 @@ def run(target: str, tests: Sequence[str] = (), log_dir: Path | None = None) -> 
                 "grpc_port": GRPC_PORT,
                 "aux_port": AUX_PORT,
                 "p4info": str(P4INFO),
-                "device_config": str(BMV2_JSON),
+                "device_config": str(DEVICE_CONFIG),
                 "log_dir": str(log_dir),
             }
             cmd = ["ip", "netns", "exec", netns, str(Path(sys.executable).parent / "ptf")]

@@ -14,7 +14,8 @@ import json
 import sys
 from dataclasses import asdict
 
-from ptf_tests.harness import BMV2_JSON, GRPC_PORT, P4INFO
+from controller import DEVICE_CONFIG, P4INFO
+from ptf_tests.harness import GRPC_PORT
 from ptf_tests.p4rt import SwitchSession, Thresholds
 
 
@@ -24,7 +25,7 @@ def main() -> int:
     parser.add_argument("--thresholds", required=True, metavar="DATA_QUEUE,KMIN,KMAX,PMAX")
     args = parser.parse_args()
     thresholds = Thresholds(*(int(x) for x in args.thresholds.split(",")))
-    session = SwitchSession(f"127.0.0.1:{GRPC_PORT}", str(P4INFO), str(BMV2_JSON))
+    session = SwitchSession(f"127.0.0.1:{GRPC_PORT}", str(P4INFO), str(DEVICE_CONFIG))
     try:
         ports = []
         for spec in args.routes:

@@ -22,19 +22,18 @@ from pathlib import Path
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
+from controller import DEVICE_CONFIG, P4INFO
 from switch_model import control
 from topologies.processes import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
-BUILT_P4INFO = REPO / "p4src/build/forgive.p4info.txtpb"
-BUILT_JSON = REPO / "p4src/build/forgive.json"
 
 ETH_P_ALL = 0x0003
 
 
 def p4info_path() -> Path:
     """The compiled P4Info of forgive.p4: the model must take exactly what BMv2 takes."""
-    return BUILT_P4INFO
+    return P4INFO
 
 
 def p4info() -> p4info_pb2.P4Info:
@@ -231,7 +230,7 @@ class ModelProcess:
 
 def device_config() -> bytes:
     """forgive.json for BMv2 (the model ignores the device config)."""
-    return BUILT_JSON.read_bytes()
+    return DEVICE_CONFIG.read_bytes()
 
 
 @dataclass

@@ -259,3 +259,15 @@ def test_rto_follows_the_measured_round_trip_and_ignores_retransmissions():
     # an ACK for a retransmitted segment gives no sample (Karn)
     tx.receive(ack(1, 2 * K, K, K), 0.5)
     assert tx.flow_state(1)["srtt"] == pytest.approx(5e-3)
+
+
+def test_flows_to_one_peer_share_their_round_trip_estimate():
+    tx = sender(rto=1e-3, rto_max=1.0)
+    tx.open_flow(1, K, now=0.0, peer="10.0.0.2")
+    tx.poll(0.0)
+    tx.receive(ack(1, K, 0, K), 20e-3)
+    tx.open_flow(2, K, now=0.03, peer="10.0.0.2")
+    tx.open_flow(3, K, now=0.03, peer="10.0.0.3")
+    assert tx.flow_state(2)["srtt"] == pytest.approx(20e-3)
+    assert tx.flow_state(2)["rto"] == pytest.approx(60e-3)
+    assert tx.flow_state(3)["srtt"] is None and tx.flow_state(3)["rto"] == 1e-3

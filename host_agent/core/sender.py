@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,16 @@ _LAST = int(Flag.LAST)
 
 
 @dataclass
+class PathTiming:
+    """RFC 6298 round-trip state for one peer, shared by every flow to it: a new flow then
+    starts from what earlier flows measured instead of from the initial timeout."""
+
+    rto: float
+    srtt: float | None = None
+    rttvar: float = 0.0
+
+
+@dataclass
 class TxFlow:
     flow_id: int
     size: int
@@ -53,11 +64,9 @@ class TxFlow:
     scheduled: bool = False
     rto_armed: bool = False
     cc_mode: str = OBEYING
+    path: PathTiming = field(default_factory=lambda: PathTiming(0.0))
     rto: float = 0.0
-    rto_base: float = 0.0
-    """The RTO without backoff: the RFC 6298 estimate once a sample exists."""
-    srtt: float | None = None
-    rttvar: float = 0.0
+    """The flow's current timeout: the path's, doubled per expiry until progress."""
     done: bool = False
     acked_bytes: int = 0
     sent_bytes: int = 0
@@ -90,7 +99,7 @@ class TxFlow:
             "cnps_ignored": self.cnps_ignored,
             "nacks": self.nacks,
             "rtos": self.rtos,
-            "srtt": self.srtt,
+            "srtt": self.path.srtt,
             "rto": self.rto,
             "rate_cuts": self.rate.cuts,
             "mode_changes": self.mode_changes,
@@ -122,6 +131,7 @@ class ForgiveSender:
         self.rto = rto
         self.rto_max = rto_max
         self._flows: dict[int, TxFlow] = {}
+        self._paths: dict[Hashable, PathTiming] = {}
         self._send_heap: list[tuple[float, int]] = []
         self._rto_heap: list[tuple[float, int]] = []
         self._nic_free_at = 0.0
@@ -132,23 +142,35 @@ class ForgiveSender:
     # -- flows ---------------------------------------------------------------
 
     def open_flow(
-        self, flow_id: int, size_bytes: int, now: float, data: bytes | None = None
+        self,
+        flow_id: int,
+        size_bytes: int,
+        now: float,
+        data: bytes | None = None,
+        peer: Hashable = None,
     ) -> None:
-        """OnFlowStart: every flow obeys congestion control until its first report."""
+        """OnFlowStart: every flow obeys congestion control until its first report.
+
+        Flows to the same `peer` (any hashable, e.g. its address) share one
+        round-trip estimate; flows without one share the sender's default path.
+        """
         if flow_id in self._flows:
             raise ValueError(f"flow {flow_id} is already open")
         if not 0 < size_bytes < 2**32:
             raise ValueError(f"flow size must lie in 1..2**32-1, got {size_bytes}")
         if data is not None and len(data) != size_bytes:
             raise ValueError(f"data has {len(data)} bytes, flow size is {size_bytes}")
+        path = self._paths.get(peer)
+        if path is None:
+            path = self._paths[peer] = PathTiming(self.rto)
         flow = TxFlow(
             flow_id,
             size_bytes,
             memoryview(data) if data is not None else None,
             DcqcnRate(self.params, now),
             opened=now,
-            rto=self.rto,
-            rto_base=self.rto,
+            path=path,
+            rto=path.rto,
         )
         self._flows[flow_id] = flow
         self._schedule(flow, now)
@@ -335,7 +357,7 @@ class ForgiveSender:
         fresh = flow.acked.add(lo, hi)
         if fresh:
             flow.acked_bytes += fresh
-            flow.rto = flow.rto_base
+            flow.rto = flow.path.rto
             if flow.acked.una >= flow.size and not flow.done:
                 flow.done = True
                 flow.finished = now
@@ -349,12 +371,13 @@ class ForgiveSender:
 
     def _sample_rtt(self, flow: TxFlow, rtt: float) -> None:
         """RFC 6298's estimator; `rto` is both the initial and the smallest timeout."""
-        if flow.srtt is None:
-            flow.srtt, flow.rttvar = rtt, rtt / 2
+        path = flow.path
+        if path.srtt is None:
+            path.srtt, path.rttvar = rtt, rtt / 2
         else:
-            flow.rttvar = 0.75 * flow.rttvar + 0.25 * abs(flow.srtt - rtt)
-            flow.srtt = 0.875 * flow.srtt + 0.125 * rtt
-        flow.rto_base = min(max(self.rto, flow.srtt + 4 * flow.rttvar), self.rto_max)
+            path.rttvar = 0.75 * path.rttvar + 0.25 * abs(path.srtt - rtt)
+            path.srtt = 0.875 * path.srtt + 0.125 * rtt
+        path.rto = min(max(self.rto, path.srtt + 4 * path.rttvar), self.rto_max)
 
     def _on_ack(self, flow: TxFlow, rcv_nxt: int, lo: int, length: int, now: float) -> None:
         segment = flow.inflight.get(lo) if length else None

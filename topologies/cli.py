@@ -1,0 +1,148 @@
+"""`forgive`: run emulated training on a Mininet fabric of FORGIVE switches.
+
+    forgive run      one policy and seed; prints its table, writes a results folder
+    forgive compare  several policies times several seeds on the same fabric and workload
+
+Every option is checked before anything starts; a bad one is one line on stderr
+and exit status 2. Results (JSON, table, PNG plots, every host's records and
+logs) go to --out, by default results/<time>-<fabric>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from topologies.fabric import PRESETS, FabricError, FabricSpec, load, preset
+from topologies.results import write_results
+from topologies.runner import RunConfig, RunError, Workload, run_once
+from topologies.scaling import Scaling, ScalingError
+
+DEFAULT_POLICIES = ("tight", "forgive", "dcqcn", "shed")
+DEFAULT_SEEDS = (1, 2)
+
+
+def _fabric(args: argparse.Namespace) -> FabricSpec:
+    spec = load(args.fabric) if Path(args.fabric).suffix == ".toml" else preset(args.fabric)
+    if args.host_link_mbps is None and args.byte_scale is None:
+        return spec
+    try:
+        scaling = Scaling(
+            host_link_bps=(args.host_link_mbps or spec.scaling.host_link_bps / 1e6) * 1e6,
+            byte_scale=args.byte_scale or spec.scaling.byte_scale,
+        )
+    except ScalingError as err:
+        raise FabricError(str(err)) from None
+    return preset(spec.name, scaling) if spec.name in PRESETS else replace(spec, scaling=scaling)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    defaults = Workload()
+    parser.add_argument(
+        "--fabric",
+        default="2to1",
+        help=f"a preset ({', '.join(PRESETS)}) or a fabric file (.toml); default 2to1",
+    )
+    parser.add_argument("--switch", default="model", help="model (default) or bmv2")
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument(
+        "--grad-mib",
+        type=float,
+        default=defaults.grad_bytes / 2**20,
+        help="gradient MiB per rank per step at fabric scale (default 64)",
+    )
+    parser.add_argument("--tp-mib", type=float, default=defaults.tp_bytes / 2**20)
+    parser.add_argument("--pp-mib", type=float, default=defaults.pp_bytes / 2**20)
+    parser.add_argument(
+        "--compute-ms", type=float, default=defaults.compute_s * 1e3, help="at fabric scale"
+    )
+    parser.add_argument("--detector", default=defaults.detector, help="static or accordion")
+    parser.add_argument("--burst", action="store_true", help="background burst on step 2")
+    parser.add_argument("--host-link-mbps", type=float, help="emulated host link rate")
+    parser.add_argument("--byte-scale", type=float, help="divide every byte quantity by this")
+    parser.add_argument("--timeout", type=float, default=600.0, help="per run, s")
+    parser.add_argument("--out", type=Path, help="results folder")
+
+
+def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
+    workload = Workload(
+        steps=args.steps,
+        grad_bytes=round(args.grad_mib * 2**20),
+        tp_bytes=round(args.tp_mib * 2**20),
+        pp_bytes=round(args.pp_mib * 2**20),
+        compute_s=args.compute_ms / 1e3,
+        detector=args.detector,
+        burst=args.burst,
+    )
+    fabric = _fabric(args)
+    configs = [
+        RunConfig(fabric, args.switch, policy, seed, workload, args.timeout)
+        for policy in policies
+        for seed in seeds
+    ]
+    for config in configs:
+        config.validate()
+    return configs
+
+
+def _describe(config: RunConfig) -> str:
+    fabric, sc = config.fabric, config.fabric.scaling
+    return (
+        f"fabric {fabric.name}: {fabric.leaves} leaves, {fabric.spines} spines, "
+        f"{fabric.hosts_per_leaf} hosts per leaf, {fabric.oversubscription:g}:1; "
+        f"host links {sc.host_link_bps / 1e6:g} Mbit/s for {fabric.host_link_gbps:g} Gbit/s, "
+        f"bytes / {sc.byte_scale:g}, time x {sc.time_scale:g}; switch {config.switch}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="forgive", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_p = sub.add_parser("run", help="one policy and seed")
+    _common(run_p)
+    run_p.add_argument("--policy", default="forgive")
+    run_p.add_argument("--seed", type=int, default=1)
+    cmp_p = sub.add_parser("compare", help="policies x seeds, side by side")
+    _common(cmp_p)
+    cmp_p.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    cmp_p.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            policies, seeds = [args.policy], [args.seed]
+        else:
+            policies = [p for p in args.policies.split(",") if p]
+            seeds = [int(s) for s in args.seeds.split(",") if s]
+            if not policies or not seeds:
+                raise RunError("--policies and --seeds need at least one entry each")
+        configs = _configs(args, policies, seeds)
+    except (FabricError, RunError) as err:
+        print(f"forgive: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:
+        print(f"forgive: bad --seeds: {err}", file=sys.stderr)
+        return 2
+    out = args.out or Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{configs[0].fabric.name}"
+    print(_describe(configs[0]), file=sys.stderr)
+    runs = []
+    try:
+        for i, config in enumerate(configs, 1):
+            label = f"[{i}/{len(configs)}] {config.policy} seed {config.seed}"
+            runs.append(run_once(config, out / f"{config.policy}-seed{config.seed}", label))
+    except RunError as err:
+        print(f"forgive: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("forgive: interrupted; network torn down", file=sys.stderr)
+        return 130
+    table = write_results(out, runs, order=policies)
+    print(table)
+    print(f"\nresults: {out} (runs.json, summary.json, table.txt, *.png)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
