@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
-.PHONY: setup test lint format bench bench-agent bench-bmv2 bench-switch clean p4 ptf
+.PHONY: setup run test lint format bench bench-agent bench-bmv2 bench-switch clean p4 ptf
 
 setup: $(STAMP_PIP)
 
@@ -26,6 +26,11 @@ $(STAMP_PIP): $(STAMP_APT) pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $@
+
+# The main job: the default comparison of policies on the switch model (root: Mininet).
+# Options go through ARGS, e.g. make run ARGS="--switch bmv2 --seeds 1,2,3".
+run: setup
+	$(BIN)/forgive compare $(ARGS)
 
 test: setup
 	$(BIN)/ruff check .

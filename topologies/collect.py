@@ -116,7 +116,9 @@ def collect(
             "flows_sent": len(sends),
             "flows_received": len(recvs),
             "flows_shed": sum(1 for r in stats if r["type"] == "flow_shed") // 2,
-            "trims_seen_by_receivers": sum(r["trims"] for r in recvs),
+            "trims_seen_by_receivers": sum(
+                r["core_rx"]["trimmed"] for r in stats if r["type"] == "agent"
+            ),
             "trims_at_switches": switch_total["trims"],
             "drops_at_switches": switch_total["drops"],
         },

@@ -61,16 +61,22 @@ def plot_forgiveness(
     for ax, (policy, group) in zip(axes[:, 0], groups.items(), strict=True):
         run = min(group, key=lambda r: r.seed)
         steps = [s.step for s in run.steps]
-        ax.bar(
-            steps, [s.forgiven_bytes / 1e3 for s in run.steps], color="tab:orange", label="forgiven"
-        )
-        ax.step(
-            steps, [s.budget_bytes / 1e3 for s in run.steps], where="mid", color="k", label="budget"
-        )
+        sheds = all(s.budget_bytes == 0 for s in run.steps) and run.forgiven_bytes > 0
+        label = "shed" if sheds else "forgiven"
+        ax.bar(steps, [s.forgiven_bytes / 1e3 for s in run.steps], color="tab:orange", label=label)
+        if not sheds:
+            ax.hlines(
+                [s.budget_bytes / 1e3 for s in run.steps],
+                [k - 0.45 for k in steps],
+                [k + 0.45 for k in steps],
+                color="k",
+                label="budget",
+            )
         ax.set_ylabel("kB")
-        ax.set_title(
-            f"{policy} (seed {run.seed}): forgiven bytes per step against the budget", fontsize=9
+        what = (
+            "shed by the sender's draw (no loss budget)" if sheds else "forgiven against the budget"
         )
+        ax.set_title(f"{policy} (seed {run.seed}): gradient bytes per step {what}", fontsize=9)
         ax.legend(fontsize=8)
     axes[-1, 0].set_xlabel("training step")
     axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))

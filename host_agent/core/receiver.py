@@ -234,6 +234,10 @@ class ForgiveReceiver:
             # Receivers take DATA only; control for our own sends goes to the sender.
             self.stats["malformed"] += 1
             return []
+        if flags & _TRIMMED:
+            # Counted before the flow lookup: every trimmed header that reached this
+            # host, including late ones for flows already finished and forgotten.
+            self.stats["trimmed"] += 1
         flow = self._flows.get(flow_id)
         if flow is None:
             self.stats["unknown_flow"] += 1
@@ -253,7 +257,6 @@ class ForgiveReceiver:
                 replies.append(FTH_STRUCT.pack(_VO_CNP, 0, 0, flow_id, 0, 0))
         end = seq + length
         if flags & _TRIMMED:
-            self.stats["trimmed"] += 1
             flow.trims += 1
             replies.append(self._on_trimmed_header(flow, seq, end, ce))
         else:

@@ -1,0 +1,124 @@
+"""`forgive run` end to end on the switch model in Mininet, and its teardown on every exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
+    pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
+]
+FORGIVE = [sys.executable, "-m", "topologies.cli"]
+SHORT = ["--steps", "3", "--grad-mib", "32", "--timeout", "120"]
+OUR_INTERFACES = re.compile(r"\b(?:leaf|spine)\d+-eth\d+")
+OUR_PROCESSES = re.compile(r"switch_model\.cli|workload\.train|simple_switch_grpc")
+
+
+def leftovers() -> list[str]:
+    """Interfaces and processes a run of ours could leave behind."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    names = sorted(set(OUR_INTERFACES.findall(links)))
+    ps = subprocess.run(
+        ["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True
+    ).stdout
+    procs = [line.strip() for line in ps.splitlines() if OUR_PROCESSES.search(line)]
+    return names + procs
+
+
+@pytest.fixture
+def clean():
+    assert leftovers() == [], "a previous run left these behind"
+    yield
+    assert leftovers() == []
+
+
+def test_short_run_completes_with_accounting_that_adds_up(tmp_path, clean):
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [*FORGIVE, "run", *SHORT, "--out", str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "forgive seed 1: step 3/3" in proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("policy")
+    (run,) = json.loads((out / "runs.json").read_text())
+    assert [s["step"] for s in run["steps"]] == [1, 2, 3]
+    assert all(s["bound_held"] for s in run["steps"]) and run["bound_violations"] == 0
+    acc = run["accounting"]
+    assert acc["flows_sent"] == acc["flows_received"] > 0
+    # every byte sent was delivered or forgiven, and nothing else was
+    assert acc["flow_bytes_sent"] == acc["flow_bytes_received"] + acc["flow_bytes_forgiven"]
+    # every trim a switch made reached its receiver, unless a switch dropped it on the way
+    assert acc["trims_seen_by_receivers"] <= acc["trims_at_switches"]
+    assert acc["trims_at_switches"] <= acc["trims_seen_by_receivers"] + acc["drops_at_switches"]
+    assert run["trims"] > 0 and run["ce_marks"] > 0, "the 2:1 fabric should congest"
+    for step in run["steps"]:
+        assert step["forgiven_bytes"] <= step["budget_bytes"]
+    for name in ("step_times.png", "forgiven_vs_budget.png", "trims_over_time.png", "table.txt"):
+        assert (out / name).stat().st_size > 0
+    assert len(list((out / "forgive-seed1").glob("h*.agent.jsonl"))) == 4
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--fabric", "{file}"], "fabric file .*: unknown key\\(s\\) colour"),
+        (["--fabric", "8to1"], "unknown fabric preset '8to1'"),
+        (["--policy", "reckless"], "unknown policy 'reckless'"),
+        (["--switch", "tofino"], "--switch must be one of model, bmv2"),
+    ],
+)
+def test_bad_configuration_is_rejected_before_anything_starts(tmp_path, clean, args, message):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("leaves = 2\nspines = 1\nhosts_per_leaf = 2\ncolour = 1\n")
+    args = [a.replace("{file}", str(bad)) for a in args]
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [*FORGIVE, "run", *args, "--out", str(out)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(message, lines[0]), proc.stderr
+    assert not out.exists()
+
+
+def test_failed_run_is_torn_down(tmp_path, clean):
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [*FORGIVE, "run", "--steps", "20", "--timeout", "3", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "forgive: " in proc.stderr.splitlines()[-1]
+
+
+def test_ctrl_c_tears_the_network_down(tmp_path, clean):
+    out = tmp_path / "results"
+    proc = subprocess.Popen(
+        [*FORGIVE, "run", "--steps", "20", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    train = out / "forgive-seed1" / "h1.train.jsonl"
+    deadline = time.monotonic() + 60
+    while not (train.exists() and "train_step" in train.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; network torn down" in err
+    assert not Path(out / "runs.json").exists()
