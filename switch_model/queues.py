@@ -13,6 +13,7 @@ stand in for the buffer BMv2 gives a queue; the trimming threshold
 from __future__ import annotations
 
 import socket
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -20,6 +21,13 @@ DEFAULT_LOW_CAPACITY = 64 << 20
 DEFAULT_HIGH_CAPACITY = 16 << 20
 CATCH_UP_S = 0.001
 """How far behind its schedule a paced queue or port may fall and still send back to back."""
+CATCH_UP_FRAMES = 8
+"""A busy port may also make up this many full frames it owes: at the emulation's low
+line rates a frame time is longer than CATCH_UP_S, and this process, sharing two cores
+with a whole fabric, is sometimes not scheduled for tens of milliseconds. Without the
+allowance each such stall costs the port capacity for good, and senders paced at the
+same rate keep a standing queue behind it."""
+FULL_FRAME_BITS = 9018 * 8
 PRIO_LOW, PRIO_HIGH = 0, 1
 
 
@@ -45,6 +53,12 @@ class EgressPort:
     def enqueue(self, frame: bytearray, received: int, high: bool) -> bool:
         """Queue a frame; False when its queue's buffer is full (tail drop)."""
         size = len(frame)
+        if not self.high and not self.low:
+            # An idle port earns no credit: its schedule restarts when traffic arrives,
+            # so catching up (see CATCH_UP_FRAMES) only makes up for a busy port's delays.
+            now = time.monotonic()
+            self.next_tx = max(self.next_tx, now)
+            self.next_queue = [max(t, now) for t in self.next_queue]
         if high:
             if self.high_bytes + size > self.high_capacity:
                 return False
@@ -76,7 +90,8 @@ class EgressPort:
         if pps:
             self.next_queue[prio] = max(self.next_queue[prio], now - CATCH_UP_S) + 1 / pps
         if self.rate_bps:
-            self.next_tx = max(self.next_tx, now - CATCH_UP_S) + len(frame) * 8 / self.rate_bps
+            slack = max(CATCH_UP_S, CATCH_UP_FRAMES * FULL_FRAME_BITS / self.rate_bps)
+            self.next_tx = max(self.next_tx, now - slack) + len(frame) * 8 / self.rate_bps
         return frame, received
 
     def next_due(self) -> float | None:

@@ -61,6 +61,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--detector", default=defaults.detector, help="static or accordion")
     parser.add_argument("--burst", action="store_true", help="background burst on step 2")
+    parser.add_argument(
+        "--placement",
+        default="interleaved",
+        help="ranks to hosts: interleaved (alternate leaves, default) or packed",
+    )
     parser.add_argument("--host-link-mbps", type=float, help="emulated host link rate")
     parser.add_argument("--byte-scale", type=float, help="divide every byte quantity by this")
     parser.add_argument("--timeout", type=float, default=600.0, help="per run, s")
@@ -79,7 +84,7 @@ def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
     )
     fabric = _fabric(args)
     configs = [
-        RunConfig(fabric, args.switch, policy, seed, workload, args.timeout)
+        RunConfig(fabric, args.switch, policy, seed, workload, args.timeout, args.placement)
         for policy in policies
         for seed in seeds
     ]

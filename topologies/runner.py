@@ -27,7 +27,7 @@ from controller.topology import parse as parse_description
 from controller.topology import switch_port_mac
 from host_agent.policies import parse_policy
 from topologies.collect import collect, read_jsonl
-from topologies.fabric import FabricSpec, Plan, plan
+from topologies.fabric import FabricSpec, Host, Plan, plan
 from topologies.processes import stop_process
 from topologies.results import RunResult
 from topologies.scaling import FRAME_BYTES
@@ -36,6 +36,7 @@ from workload.plan import TrainingConfig
 MTU = 9000
 SAMPLE_EVERY_S = 0.5
 TARGETS = ("model", "bmv2")
+PLACEMENTS = ("interleaved", "packed")
 
 
 class RunError(RuntimeError):
@@ -65,11 +66,19 @@ class RunConfig:
     seed: int = 1
     workload: Workload = Workload()
     timeout_s: float = 600.0
+    placement: str = "interleaved"
+    """Ranks to hosts: 'interleaved' alternates leaves, so ring, TP and PP neighbours sit
+    on different leaves and cross the (oversubscribed) uplinks; 'packed' fills one leaf
+    after another, which keeps most of the ring inside a leaf."""
 
     def validate(self) -> None:
         """Refuse a bad configuration before anything is started (one-line RunError)."""
         if self.switch not in TARGETS:
             raise RunError(f"--switch must be one of {', '.join(TARGETS)}, got {self.switch!r}")
+        if self.placement not in PLACEMENTS:
+            raise RunError(
+                f"--placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
+            )
         try:
             parse_policy(self.policy)
             self.training_config(plan(self.fabric), rank=0).validate()
@@ -87,7 +96,7 @@ class RunConfig:
 
     def training_config(self, fabric_plan: Plan, rank: int) -> TrainingConfig:
         sc, wl = self.fabric.scaling, self.workload
-        ranks = tuple(h.ip for h in fabric_plan.hosts)
+        ranks = tuple(h.ip for h in self.rank_hosts(fabric_plan))
         return TrainingConfig(
             ranks=ranks,
             rank=rank,
@@ -103,6 +112,15 @@ class RunConfig:
             burst_dst=0,
             seed=self.seed,
         )
+
+    def rank_hosts(self, fabric_plan: Plan) -> list[Host]:
+        """The host of each rank, in rank order."""
+        if self.placement == "packed":
+            return list(fabric_plan.hosts)
+        per_leaf = self.fabric.hosts_per_leaf
+        hosts = fabric_plan.hosts
+        leaves = [hosts[i : i + per_leaf] for i in range(0, len(hosts), per_leaf)]
+        return [leaf[k] for k in range(per_leaf) for leaf in leaves]
 
 
 def require_root() -> None:
@@ -234,7 +252,7 @@ def run_once(config: RunConfig, out_dir: Path, label: str = "") -> RunResult:
             description = fabric_plan.controller_description(endpoints)
             controller = FabricController(parse_description(description), P4INFO, DEVICE_CONFIG)
             controller.apply()
-            for rank, host in enumerate(fabric_plan.hosts):
+            for rank, host in enumerate(config.rank_hosts(fabric_plan)):
                 trainers[host.name] = net.get(host.name).popen(
                     _trainer_command(config, fabric_plan, rank, train_files, stats_files),
                     stdout=logs.enter_context(open(log_dir / f"{host.name}.log", "wb")),
@@ -302,7 +320,7 @@ def _trainer_command(
     train_files: dict[str, Path],
     stats_files: dict[str, Path],
 ) -> list[str]:
-    host = fabric_plan.hosts[rank]
+    host = config.rank_hosts(fabric_plan)[rank]
     sc = config.fabric.scaling
     cfg = config.training_config(fabric_plan, rank)
     cmd = [sys.executable, "-m", "workload.train", "--iface", f"{host.name}-eth0"]
