@@ -25,6 +25,17 @@ def _by_policy(
     return {p: grouped[p] for p in keys}
 
 
+def _finish(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_step_times(
     path: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None
 ) -> None:
@@ -40,15 +51,11 @@ def plot_step_times(
     critical = sorted({s.step for r in runs for s in r.steps if s.critical})
     for k in critical:
         ax.axvspan(k - 0.5, k + 0.5, color="grey", alpha=0.12, lw=0)
-    ax.set_xlabel("training step (shaded: critical)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("step time, s (mean over seeds)")
-    ax.set_title("Step times per policy")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(
+        fig, ax, path, "training step (shaded: critical)", "step time, s (mean over seeds)",
+        "Step times per policy",
+    )  # fmt: skip
 
 
 def plot_forgiveness(
@@ -93,14 +100,10 @@ def plot_trims(path: Path, runs: Sequence[RunResult], order: Sequence[str] | Non
             ax.plot(
                 [p["t"] for p in run.timeline], [p["trims"] for p in run.timeline], label=policy
             )
-    ax.set_xlabel("time since the first step, s")
-    ax.set_ylabel("trimmed packets, all switches (cumulative)")
-    ax.set_title("Trims over time (lowest seed of each policy)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(
+        fig, ax, path, "time since the first step, s", "trimmed packets, all switches (cumulative)",
+        "Trims over time (lowest seed of each policy)",
+    )  # fmt: skip
 
 
 def plot_all(
