@@ -114,3 +114,17 @@ def test_every_preset_plans():
     for name in PRESETS:
         p = plan(preset(name))
         assert len(p.hosts) == p.spec.host_count
+
+
+def test_rescaling_a_fabric_file_keeps_its_own_shape_even_under_a_preset_name(tmp_path):
+    import argparse
+
+    from topologies.cli import _fabric
+
+    path = write(tmp_path, 'name = "2to1"\nleaves = 3\nspines = 2\nhosts_per_leaf = 2\n')
+    args = argparse.Namespace(fabric=str(path), host_link_mbps=10.0, byte_scale=None)
+    spec = _fabric(args)
+    assert (spec.leaves, spec.spines, spec.scaling.host_link_bps) == (3, 2, 10e6)
+    args = argparse.Namespace(fabric=str(path), host_link_mbps=None, byte_scale=10_000.0)
+    with pytest.raises(FabricError, match="lower byte_scale"):
+        _fabric(args)

@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
-from topologies.fabric import PRESETS, FabricError, FabricSpec, load, preset
+from topologies.fabric import PRESETS, FabricError, FabricSpec, load, preset, with_scaling
 from topologies.results import write_results
 from topologies.runner import RunConfig, RunError, Workload, run_once
 from topologies.scaling import Scaling, ScalingError
@@ -36,7 +35,7 @@ def _fabric(args: argparse.Namespace) -> FabricSpec:
         )
     except ScalingError as err:
         raise FabricError(str(err)) from None
-    return preset(spec.name, scaling) if spec.name in PRESETS else replace(spec, scaling=scaling)
+    return with_scaling(spec, scaling)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -110,8 +110,12 @@ def _check(spec: FabricSpec) -> FabricSpec:
 def preset(name: str, scaling: Scaling | None = None) -> FabricSpec:
     if name not in PRESETS:
         raise FabricError(f"unknown fabric preset {name!r}; presets: {', '.join(PRESETS)}")
-    spec = PRESETS[name]
-    return _check(replace(spec, scaling=scaling) if scaling else spec)
+    return with_scaling(PRESETS[name], scaling or PRESETS[name].scaling)
+
+
+def with_scaling(spec: FabricSpec, scaling: Scaling) -> FabricSpec:
+    """`spec` shrunk by another scaling, checked again (its queues must still fit)."""
+    return _check(replace(spec, scaling=scaling))
 
 
 _TOP_KEYS = {"name", "leaves", "spines", "hosts_per_leaf", "host_link_gbps", "spine_link_gbps"}
