@@ -115,7 +115,9 @@ def collect(
             "gradient_bytes_forgiven": sum(r["forgiven_bytes"] for r in gradient_recvs),
             "flows_sent": len(sends),
             "flows_received": len(recvs),
-            "flows_shed": sum(1 for r in stats if r["type"] == "flow_shed") // 2,
+            "flows_shed": sum(
+                1 for r in stats if r["type"] == "flow_shed" and r["event"] == "send_done"
+            ),
             "trims_seen_by_receivers": sum(
                 r["core_rx"]["trimmed"] for r in stats if r["type"] == "agent"
             ),
