@@ -550,6 +550,8 @@ class HostAgent:
                 "duration": now - (flow.first_arrival or now),
                 **{k: state[k] for k in _RECV_FIELDS if k in state},
             }
+            if state.get("forgiven_bytes"):
+                event["forgiven_ranges"] = [list(r) for r in self.rx.forgiven_ranges(flow_id)]
             if flow.traffic_class == "gradient":
                 self._check_step(flow.step, "recv_done")
             self.log.write("flow_recv", **event)

@@ -55,6 +55,8 @@ class RunResult:
     """Samples over the run: time and cumulative trims and CE marks over all switches."""
     accounting: dict[str, int] = field(default_factory=dict)
     """Totals that must add up across hosts and switches (see topologies.collect)."""
+    loss: dict[str, Any] | None = None
+    """The run's loss record (workload.lossrecord, schema in docs/impact.md); None in older results."""
 
     @property
     def gradient_bytes(self) -> int:

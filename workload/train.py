@@ -27,6 +27,7 @@ from host_agent.agent import HostAgent
 from host_agent.cli import agent_arguments, config_from, exit_on_signals
 from host_agent.core import AccordionDetector, CriticalRegimeDetector, StaticSchedule
 from host_agent.stats import bound_violation
+from workload.lossrecord import Layout, entry_from_completion
 from workload.plan import Kind, Message, StepPlan, TrainingConfig, plan_step, synthetic_norms
 from workload.plan import message_bytes as content_of
 
@@ -137,6 +138,9 @@ class Trainer:
         elif event["event"] == "recv_done":
             self.recv_done[flow] = event
             self._check_content(event, payload)
+            entry = entry_from_completion(self.cfg, self.messages.get(flow), event)
+            if entry is not None:
+                self._record("loss", **entry.to_json())
         self._fire_waits()
 
     def _check_content(self, event: dict[str, Any], payload: bytes | None) -> None:
@@ -164,6 +168,7 @@ class Trainer:
 
     def start(self) -> None:
         """Register step 1 and the start-up barrier, then wait for every rank to be up."""
+        self._record("loss_layout", **Layout.of(self.cfg).to_json())
         self._classify_and_begin(1)
         barrier = self._plan(0)
         for msg in barrier.barrier_recvs:
