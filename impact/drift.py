@@ -78,18 +78,23 @@ def lag_prediction(p: float, r: Sequence[float]) -> float:
     return out
 
 
-def pair_drift(copies: torch.Tensor, chunks: Sequence[tuple[int, int]]) -> float:
+def pair_drift(
+    copies: torch.Tensor, chunks: Sequence[tuple[int, int]], owners_too: bool = False
+) -> float:
     """Mean of D^2 over elements and over every pair of non-owner ranks of each chunk.
 
-    `copies` holds one row per rank; `chunks` are (first element, count). With
-    fewer than three ranks no chunk has two non-owners, and the result is NaN.
+    `copies` holds one row per rank; `chunks` are (first element, count). The
+    analyses' D is between two ranks that each may miss the owner's broadcast;
+    `owners_too` counts every pair instead, which is the spread of replicas
+    that nothing resynchronises. Without a pair to count the result is NaN.
     """
     n = copies.shape[0]
     total, weight = 0.0, 0
     for chunk, (first, count) in enumerate(chunks):
         owner = chunk_owner(chunk, n)
         block = copies[:, first : first + count].double()
-        for i, j in combinations([r for r in range(n) if r != owner], 2):
+        ranks = [r for r in range(n) if owners_too or r != owner]
+        for i, j in combinations(ranks, 2):
             total += float(((block[i] - block[j]) ** 2).sum())
             weight += count
     return total / weight if weight else float("nan")

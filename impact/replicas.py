@@ -49,7 +49,8 @@ class Trace:
     grad_norm: list[float] = field(default_factory=list)
     """Norm of the lossless average gradient: what the detector would read."""
     drift: list[float] = field(default_factory=list)
-    """E[D^2] between non-owner replicas' parameters (impact.drift.pair_drift)."""
+    """E[D^2] between replicas' parameters (impact.drift.pair_drift): every pair under
+    `allreduce`, the pairs of non-owners (the analyses' D) under `sharded`."""
     update_sq: list[float] = field(default_factory=list)
     """sigma^2 of the step: mean squared change of the parameters their owners hold."""
     lost_elements: list[float] = field(default_factory=list)
@@ -141,7 +142,9 @@ class Replicas:
         trace = self.trace
         trace.train_loss.append(train_loss)
         trace.grad_norm.append(float(grads.double().mean(dim=0).norm()))
-        trace.drift.append(pair_drift(after, self.layout.chunks))
+        trace.drift.append(
+            pair_drift(after, self.layout.chunks, owners_too=self.scheme == ALLREDUCE)
+        )
         trace.update_sq.append(float((owned.double() ** 2).mean()))
         sent = 2 * (self.n - 1) * self.layout.elements  # every phase sends every chunk once
         lost = sum(int(h.elements_lost.sum()) for h in hops.values())

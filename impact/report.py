@@ -40,6 +40,8 @@ TRAINING_COLUMNS = [
     ("accuracy_change", "vs no-loss pts", "{:+.1f}"),
     ("drift", "E[D^2] end", "{:.2e}"),
 ]
+SMOOTH = 10
+"""Steps in the running mean that makes the per-step drift ratio readable in the plot."""
 ARM_TITLES = {
     IID: "i.i.d. updates, no model",
     INDEPENDENT: "model, independent drops",
@@ -139,25 +141,46 @@ def drift_verdict(rows: dict[str, dict[str, list[float]]]) -> list[str]:
             f"{iid['paper'][0]:.3f}. The measurement supports {winner}: a rank that misses "
             "several broadcasts in a row lags by every update it missed, not by the last one."
         )
-    for arm in (INDEPENDENT, INDEPENDENT_RING, RECORDED):
-        row = rows[arm]
-        if not row["measured"]:
-            continue
+    model = rows[INDEPENDENT]
+    if model["measured"]:
         offs = {
-            "the paper's constant": _off(row["measured"], row["paper"]),
-            "the review's constant": _off(row["measured"], row["review"]),
-            "the lag model with the measured update correlations": _off(
-                row["measured"], row["lag_correlated"]
-            ),
+            "paper": _off(model["measured"], model["paper"]),
+            "review": _off(model["measured"], model["review"]),
+            "lag": _off(model["measured"], model["lag_correlated"]),
         }
-        best = min(offs, key=offs.get)
+        above = all(
+            m > max(a, b)
+            for m, a, b in zip(model["measured"], model["paper"], model["review"], strict=True)
+        )
         lines.append(
-            f"{ARM_TITLES[arm]} (p {range_cell(row['p'], '{:.3f}')}): E[D^2]/sigma^2 "
-            f"{range_cell(row['measured'], '{:.3f}')} against {range_cell(row['paper'], '{:.3f}')} "
-            f"(paper), {range_cell(row['review'], '{:.3f}')} (review) and "
-            f"{range_cell(row['lag_correlated'], '{:.3f}')} (lag model with the measured "
-            f"correlations; lag-1 correlation {range_cell(row['lag1_correlation'], '{:.2f}')}); "
-            f"closest: {best}, {100 * offs[best]:.1f} % off."
+            f"With the model's own updates under the same drops, E[D^2]/sigma^2 is "
+            f"{range_cell(model['measured'], '{:.3f}')}, {'above both constants' if above else 'against'} "
+            f"(paper {100 * offs['paper']:.1f} % off, review {100 * offs['review']:.1f} % off): Adam's "
+            f"consecutive updates are correlated (lag-1 correlation "
+            f"{range_cell(model['lag1_correlation'], '{:.2f}')}), so a gap of m missed steps holds "
+            f"more than m uncorrelated updates. The review's lag argument with the measured "
+            f"correlations predicts {range_cell(model['lag_correlated'], '{:.3f}')} "
+            f"({100 * offs['lag']:.1f} % off); the paper's recurrence, which resets the gap to one "
+            "update, falls furthest short."
+        )
+    ring, recorded = rows[INDEPENDENT_RING], rows[RECORDED]
+    if ring["measured"] and model["measured"]:
+        lines.append(
+            "On the ring a rank forwards the copy it holds, so every rank after a hole shares it: "
+            f"independent drops per hop give {range_cell(ring['measured'], '{:.3f}')} against "
+            f"{range_cell(model['measured'], '{:.3f}')} delivered straight from the owner. Neither "
+            "closed form models this."
+        )
+    if recorded["measured"]:
+        lines.append(
+            f"Under the recorded masks (all-gather loss {range_cell(recorded['p'], '{:.3f}')} on "
+            f"non-critical steps, bursty, on the ring) E[D^2]/sigma^2 averages "
+            f"{range_cell(recorded['measured'], '{:.3f}')} over those steps, against "
+            f"{range_cell(recorded['paper'], '{:.3f}')} (paper), "
+            f"{range_cell(recorded['review'], '{:.3f}')} (review) and "
+            f"{range_cell(recorded['lag_correlated'], '{:.3f}')} (lag model, measured correlations) "
+            "at that rate; the rate changes from step to step, so no steady state exists for "
+            "either formula to describe."
         )
     return lines
 
@@ -194,6 +217,11 @@ def _band(ax, series: Sequence[Sequence[float]], label: str, **style: Any) -> No
     ax.fill_between(
         steps, [min(c) for c in cols], [max(c) for c in cols], color=line.get_color(), alpha=0.15
     )
+
+
+def _rolling(values: Sequence[float], window: int) -> list[float]:
+    """Mean over the last `window` values (fewer at the start)."""
+    return [statistics.fmean(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
 
 
 def _save(fig, path: Path) -> None:
@@ -237,7 +265,7 @@ def plot_drift(path: Path, results: Results) -> None:
     for arm in (IID, INDEPENDENT, INDEPENDENT_RING):
         seeds = results.drift.get(arm, {})
         if seeds:
-            _band(ax, [s["ratio"] for s in seeds.values()], ARM_TITLES[arm])
+            _band(ax, [_rolling(s["ratio"], SMOOTH) for s in seeds.values()], ARM_TITLES[arm])
     if rows[IID]["p"]:
         p = rows[IID]["p"][0]
         ax.axhline(
@@ -249,7 +277,9 @@ def plot_drift(path: Path, results: Results) -> None:
     if rows[INDEPENDENT]["lag_correlated"]:
         lag = statistics.fmean(rows[INDEPENDENT]["lag_correlated"])
         ax.axhline(lag, color="tab:orange", ls=":", label="lag model, measured correlations")
-    ax.set_title("Sharded, previous copy kept: independent drops", fontsize=10)
+    ax.set_title(
+        f"Sharded, previous copy kept: independent drops ({SMOOTH}-step running mean)", fontsize=10
+    )
     ax.set_xlabel("step")
     ax.set_ylabel(f"E[D^2] / sigma^2 (sigma^2 of the last {SIGMA_WINDOW} steps)")
     ax = axes[1]
