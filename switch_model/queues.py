@@ -15,6 +15,7 @@ from __future__ import annotations
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DEFAULT_LOW_CAPACITY = 64 << 20
@@ -49,6 +50,8 @@ class EgressPort:
     low_bytes: int = 0
     next_tx: float = 0.0
     next_queue: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    clock: Callable[[], float] = time.monotonic
+    """The port's time source: the wall clock on real interfaces, a fabric's in virtual time."""
 
     def enqueue(self, frame: bytearray, received: int, high: bool) -> bool:
         """Queue a frame; False when its queue's buffer is full (tail drop)."""
@@ -56,7 +59,7 @@ class EgressPort:
         if not self.high and not self.low:
             # An idle port earns no credit: its schedule restarts when traffic arrives,
             # so catching up (see CATCH_UP_FRAMES) only makes up for a busy port's delays.
-            now = time.monotonic()
+            now = self.clock()
             self.next_tx = max(self.next_tx, now)
             self.next_queue = [max(t, now) for t in self.next_queue]
         if high:

@@ -7,7 +7,6 @@ from the note are `open_flow`, `_on_report`, `_on_cnp` and `_on_nack` here.
 from __future__ import annotations
 
 import heapq
-import random
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -119,7 +118,6 @@ class ForgiveSender:
     def __init__(
         self,
         params: DcqcnParams,
-        seed: int = 0,
         *,
         rto: float = 1e-3,
         rto_max: float = 0.2,
@@ -127,7 +125,6 @@ class ForgiveSender:
         if rto <= 0 or rto_max < rto:
             raise ValueError(f"need 0 < rto <= rto_max, got rto={rto}, rto_max={rto_max}")
         self.params = params
-        self.rng = random.Random(seed)
         self.rto = rto
         self.rto_max = rto_max
         self._flows: dict[int, TxFlow] = {}
