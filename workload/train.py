@@ -62,14 +62,18 @@ def training_config(args: argparse.Namespace) -> TrainingConfig:
     return TrainingConfig.from_dict(values)
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forgive-train", description=__doc__)
     agent_arguments(parser)
     parser.set_defaults(seed=None)  # the training configuration's seed unless given
     training_arguments(parser)
     parser.add_argument("--timeout", type=float, default=300.0, help="give up after this, s")
     parser.add_argument("--out", default="-", help="JSON-lines training records ('-': stdout)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments().parse_args(argv)
     try:
         cfg = training_config(args)
         args.seed = cfg.seed
