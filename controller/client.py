@@ -49,7 +49,9 @@ def batch_errors(err: grpc.RpcError) -> list[tuple[int, str, str]]:
                 error = p4runtime_pb2.Error()
                 if packed.Unpack(error) and error.canonical_code != code_pb2.OK:
                     errors.append((i, code_pb2.Code.Name(error.canonical_code), error.message))
-            return errors
+            if errors:
+                return errors
+    # No trailer, or one cut short before the first failure: the status message says it all.
     return [(-1, err.code().name, err.details() or "write failed")]
 
 

@@ -40,14 +40,14 @@ class P4RuntimeError(Exception):
         self.message = message
 
 
-def _int(value: bytes, bitwidth: int, what: str) -> int:
+def _int(value: bytes, bitwidth: int, what: str, code: int) -> int:
+    """A P4Runtime bytestring as an integer; `code` is what a bad one earns (P4Runtime gives
+    match fields OUT_OF_RANGE and action parameters INVALID_ARGUMENT)."""
     if not value:
-        raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: empty byte string")
+        raise P4RuntimeError(code, f"{what}: empty byte string")
     number = int.from_bytes(value, "big")
     if number >> bitwidth:
-        raise P4RuntimeError(
-            code_pb2.INVALID_ARGUMENT, f"{what}: value 0x{value.hex()} exceeds {bitwidth} bits"
-        )
+        raise P4RuntimeError(code, f"{what}: {len(value)}-byte value exceeds {bitwidth} bits")
     return number
 
 
@@ -145,7 +145,7 @@ class TableStore:
             if match_type == p4info_pb2.MatchField.EXACT:
                 if m is None or not m.HasField("exact"):
                     raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: exact value missing")
-                key.append(_int(m.exact.value, width, what))
+                key.append(_int(m.exact.value, width, what, code_pb2.OUT_OF_RANGE))
                 continue
             if m is None:
                 key.append((0, 0))
@@ -158,7 +158,7 @@ class TableStore:
                     code_pb2.INVALID_ARGUMENT,
                     f"{what}: prefix length {plen} outside 1..{width} (omit the field for /0)",
                 )
-            value = _int(m.lpm.value, width, what)
+            value = _int(m.lpm.value, width, what, code_pb2.OUT_OF_RANGE)
             if value & ((1 << (width - plen)) - 1):
                 raise P4RuntimeError(
                     code_pb2.INVALID_ARGUMENT, f"{what}: bits set beyond the /{plen} prefix"
@@ -176,7 +176,7 @@ class TableStore:
         action = entry.action.action
         info = self.pipe.actions.get(action.action_id)
         if info is None:
-            raise P4RuntimeError(code_pb2.NOT_FOUND, f"unknown action id {action.action_id}")
+            raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"unknown action id {action.action_id}")
         if action.action_id not in table.actions:
             raise P4RuntimeError(
                 code_pb2.INVALID_ARGUMENT, f"action {info.name} is not an action of {table.name}"
@@ -185,7 +185,7 @@ class TableStore:
         wrong = p4info_pb2.ActionRef.TABLE_ONLY if default else p4info_pb2.ActionRef.DEFAULT_ONLY
         if scope == wrong:
             raise P4RuntimeError(
-                code_pb2.INVALID_ARGUMENT, f"action {info.name} not allowed here in {table.name}"
+                code_pb2.PERMISSION_DENIED, f"action {info.name} not allowed here in {table.name}"
             )
         widths = dict(info.params)
         seen = set()
@@ -196,7 +196,12 @@ class TableStore:
                     f"action {info.name}: unknown or repeated param id {param.param_id}",
                 )
             seen.add(param.param_id)
-            _int(param.value, widths[param.param_id], f"action {info.name} param {param.param_id}")
+            _int(
+                param.value,
+                widths[param.param_id],
+                f"action {info.name} param {param.param_id}",
+                code_pb2.INVALID_ARGUMENT,
+            )
         if seen != set(widths):
             raise P4RuntimeError(
                 code_pb2.INVALID_ARGUMENT,
@@ -207,6 +212,10 @@ class TableStore:
         """Apply one table-entry update or raise P4RuntimeError; the store is unchanged on error."""
         entry = update.entity.table_entry
         table = self._table(entry.table_id)
+        if entry.is_const:
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT, f"{table.name}: a client cannot write a const entry"
+            )
         if entry.is_default_action:
             if update.type != _Update.MODIFY:
                 raise P4RuntimeError(

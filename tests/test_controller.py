@@ -13,6 +13,7 @@ from switch_harness import (
     ModelProcess,
     VethSet,
     can_use_netns,
+    device_config,
     free_tcp_port,
     p4info_path,
 )
@@ -81,7 +82,7 @@ class Fabric:
 
 @pytest.fixture
 def fabric(tmp_path):
-    (tmp_path / "dev.json").write_text("{}")
+    (tmp_path / "dev.json").write_bytes(device_config())
     with VethSet(4) as veths:
         f = Fabric(veths, tmp_path)
         try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.l2 import Ether
-from switch_harness import ModelProcess, VethSet, can_use_netns, p4info
+from switch_harness import ModelProcess, VethSet, can_use_netns, device_config, p4info
 
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
@@ -46,7 +46,7 @@ class Rig:
         self.index = P4InfoIndex(self.info)
         self.client = SwitchClient("s1", model.grpc, model.device_id)
         self.client.connect()
-        self.client.set_pipeline(self.info, b"{}", 1)
+        self.client.set_pipeline(self.info, device_config(), 1)
 
     def insert(self, table, match, action, params):
         from p4.v1 import p4runtime_pb2
