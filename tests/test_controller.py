@@ -24,6 +24,7 @@ from controller.p4info import ConfigError
 from controller.shaping import bmv2_commands
 from controller.topology import PortSpec, parse, switch_port_mac
 from host_agent.wire import FORGIVE_UDP_PORT
+from switch_model import surface
 
 netns = pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns()))
 
@@ -124,9 +125,7 @@ def test_apply_installs_routes_ecmp_and_thresholds_and_is_idempotent(fabric):
         )
         entries = read_tables(ctl, "s1")
         names = {t.preamble.id: t.preamble.name for t in ctl.p4info.tables}
-        assert (
-            sorted(names[e.table_entry.table_id] for e in entries).count("MyIngress.ecmp_nhop") == 2
-        )
+        assert sorted(names[e.table_entry.table_id] for e in entries).count(surface.ECMP_TABLE) == 2
         stats = fabric.s1.stats()["ports"]
         assert stats["1"]["rate_bps"] == 500_000_000 and stats["2"]["rate_bps"] == 0
     finally:
@@ -165,9 +164,9 @@ def test_traffic_crosses_the_configured_fabric_over_both_paths(fabric):
         assert len(got) == 40
         assert all(Ether(f).dst == H2_MAC and Ether(f)[IP].ttl == 62 for f in got)
         rows = ctl.counters("s1")
-        assert rows[2]["tx_packets"] > 0 and rows[3]["tx_packets"] > 0
-        assert rows[2]["tx_packets"] + rows[3]["tx_packets"] == 40
-        assert ctl.counters("s2")[3]["tx_packets"] == 40
+        assert rows[2].tx_packets > 0 and rows[3].tx_packets > 0
+        assert rows[2].tx_packets + rows[3].tx_packets == 40
+        assert ctl.counters("s2")[3].tx_packets == 40
         sources = {int(Ether(f).src.replace(":", ""), 16) for f in got}
         assert sources == {switch_port_mac("s2", 1), switch_port_mac("s2", 2)}
     finally:

@@ -9,6 +9,7 @@ from switch_harness import free_tcp_port, p4info
 
 from controller.client import SwitchClient, SwitchUnreachable, WriteFailed
 from controller.p4info import P4InfoIndex
+from switch_model import surface
 from switch_model.crc16 import crc16
 from switch_model.dataplane import Dataplane
 from switch_model.p4runtime_server import SwitchService, serve
@@ -44,9 +45,9 @@ def update(kind, entry):
 
 def route(ip: int, port: int):
     return P4InfoIndex(p4info()).table_entry(
-        "MyIngress.ipv4_lpm",
+        surface.LPM_TABLE,
         {"hdr.ipv4.dstAddr": (ip, 32)},
-        "MyIngress.set_nhop",
+        surface.SET_NHOP,
         {"dmac": 0x020000000001, "port": port},
     )
 
@@ -86,15 +87,15 @@ def test_pipeline_round_trip_and_cookie(server, client):
 
 def test_a_p4info_the_model_does_not_implement_is_refused(server, client):
     changed = p4info()
-    changed.tables[0].preamble.name = "MyIngress.ipv4_routes"
-    (thresholds,) = [a for a in changed.actions if a.preamble.name == "MyIngress.set_thresholds"]
+    changed.tables[0].preamble.name = f"{surface.INGRESS}.ipv4_routes"
+    (thresholds,) = [a for a in changed.actions if a.preamble.name == surface.SET_THRESHOLDS]
     thresholds.params[0].bitwidth = 16
     with pytest.raises(grpc.RpcError) as err:
         client.set_pipeline(changed, b"{}", 8)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "unknown table MyIngress.ipv4_routes" in err.value.details()
-    assert "missing table MyIngress.ipv4_lpm" in err.value.details()
-    assert "action MyIngress.set_thresholds has params" in err.value.details()
+    assert f"unknown table {surface.INGRESS}.ipv4_routes" in err.value.details()
+    assert f"missing table {surface.LPM_TABLE}" in err.value.details()
+    assert f"action {surface.SET_THRESHOLDS} has params" in err.value.details()
     assert client.get_pipeline().cookie.cookie == 7
 
 
@@ -188,7 +189,7 @@ def test_counters_read_modify_and_wildcards(server, client):
     service.dataplane.counters.trims[2] = 5
     service.dataplane.counters.tx_bytes[2] = 4154
     service.dataplane.counters.tx_packets[2] = 1
-    trims = index.counter("MyIngress.port_trims")
+    trims = index.counter(surface.PORT_TRIMS)
     query = p4runtime_pb2.Entity()
     query.counter_entry.counter_id = trims.preamble.id
     entries = client.read([query])
@@ -199,7 +200,7 @@ def test_counters_read_modify_and_wildcards(server, client):
     tx = [
         e
         for e in everything
-        if e.counter_entry.counter_id == index.counter("MyEgress.port_tx").preamble.id
+        if e.counter_entry.counter_id == index.counter(surface.PORT_TX).preamble.id
     ]
     assert (tx[2].counter_entry.data.packet_count, tx[2].counter_entry.data.byte_count) == (1, 4154)
     reset = _Update(type=_Update.MODIFY)
@@ -213,12 +214,10 @@ def test_default_action_can_be_read_and_modified(server, client):
     service, _ = server
     index = P4InfoIndex(p4info())
     query = p4runtime_pb2.Entity()
-    query.table_entry.table_id = index.table_id("MyIngress.ipv4_lpm")
+    query.table_entry.table_id = index.table_id(surface.LPM_TABLE)
     query.table_entry.is_default_action = True
     (default,) = client.read([query])
-    assert (
-        default.table_entry.action.action.action_id == index.actions["MyIngress.drop"].preamble.id
-    )
+    assert default.table_entry.action.action.action_id == index.actions[surface.DROP].preamble.id
     entry = route(0, 2)
     del entry.match[:]
     entry.is_default_action = True

@@ -23,6 +23,7 @@ from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
 from host_agent.wire import FORGIVE_UDP_PORT
+from switch_model import surface
 
 pytestmark = [
     pytest.mark.netns,
@@ -41,24 +42,24 @@ def configure(grpc: str, device_id: int) -> SwitchClient:
     client.set_pipeline(info, device_config(), 1)
     entries = [
         index.table_entry(
-            "MyIngress.ipv4_lpm",
+            surface.LPM_TABLE,
             {"hdr.ipv4.dstAddr": (0x0A090000, 16)},
-            "MyIngress.set_ecmp_group",
+            surface.SET_ECMP_GROUP,
             {"group_id": 9, "num_members": len(MEMBERS)},
         ),
         index.table_entry(
-            "MyIngress.ipv4_lpm",
+            surface.LPM_TABLE,
             {"hdr.ipv4.dstAddr": (0x0A090100, 24)},
-            "MyIngress.set_nhop",
+            surface.SET_NHOP,
             {"dmac": 0x020000000006, "port": 6},
         ),
     ]
     for member, port in enumerate(MEMBERS):
         entries.append(
             index.table_entry(
-                "MyIngress.ecmp_nhop",
+                surface.ECMP_TABLE,
                 {"meta.ecmp_group_id": 9, "meta.ecmp_member": member},
-                "MyIngress.set_nhop",
+                surface.SET_NHOP,
                 {"dmac": 0x020000000000 | port, "port": port},
             )
         )
