@@ -291,3 +291,29 @@ def test_wrong_control_socket_is_refused_before_any_write(fabric, capsys):
         assert missing.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     finally:
         probe.close()
+
+
+@netns
+def test_counters_need_no_mastership_and_a_second_writer_is_refused(fabric, capsys):
+    """While a controller (the runner's, say) holds the switches, `counters` still reads
+    them, and a second `apply` is refused in one line instead of taking them over."""
+    path = fabric.write(description(fabric.s1, fabric.s2))
+    args = ["--p4info", str(p4info_path()), "--device-config", str(fabric.tmp_path / "dev.json")]
+    holder = fabric.controller()
+    try:
+        holder.apply()
+        fabric.veths.pairs[1].send(frame(40000))
+        fabric.veths.pairs[4].receive(timeout=1.0, count=1)
+        capsys.readouterr()
+        assert cli.main(["counters", path, "--switch", "s2", *args]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        row = {int(line.split()[1]): line.split() for line in lines[1:]}
+        assert row[3][2] == "1"
+        assert cli.main(["apply", path, *args]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "s1" in err[0] and "another controller" in err[0], err
+        # the holder is still primary: its writes go through
+        assert holder.apply()["s1"].pipeline_pushed is False
+        holder.clients["s1"].write([])
+    finally:
+        holder.close()

@@ -7,7 +7,7 @@ import pytest
 from p4.v1 import p4runtime_pb2
 from switch_harness import free_tcp_port, p4info
 
-from controller.client import SwitchClient, SwitchUnreachable, WriteFailed
+from controller.client import NotPrimary, SwitchClient, SwitchUnreachable, WriteFailed
 from controller.p4info import P4InfoIndex
 from switch_model import surface
 from switch_model.crc16 import crc16
@@ -226,3 +226,20 @@ def test_default_action_can_be_read_and_modified(server, client):
     with pytest.raises(WriteFailed) as err:
         client.write([update(_Update.INSERT, entry)])
     assert err.value.errors[0][1] == "INVALID_ARGUMENT"
+
+
+def test_a_reader_needs_no_mastership_and_a_second_writer_is_refused(server, client):
+    _, address = server
+    client.write([update(_Update.INSERT, route(0x0A000001, 1))])
+    reader = SwitchClient("s1", address, 1, election_id=10)
+    reader.connect(primary=False)
+    try:
+        entities = reader.read([p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())])
+        assert len(entities) == 1
+    finally:
+        reader.close()
+    rival = SwitchClient("s1", address, 1, election_id=10)
+    with pytest.raises(NotPrimary) as err:
+        rival.connect()
+    assert "\n" not in str(err.value) and "another controller" in str(err.value)
+    client.write([update(_Update.INSERT, route(0x0A000002, 1))])  # still the primary
