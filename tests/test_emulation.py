@@ -104,20 +104,14 @@ def test_failed_run_is_torn_down(tmp_path, clean):
     assert "forgive: " in proc.stderr.splitlines()[-1]
 
 
-def test_ctrl_c_tears_the_network_down(tmp_path, clean):
-    out = tmp_path / "results"
-    proc = subprocess.Popen(
+def _start_run(out: Path) -> subprocess.Popen:
+    """A 20-step `forgive run` in the background, its output captured."""
+    return subprocess.Popen(
         [*FORGIVE, "run", "--steps", "20", "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    _wait_for_first_step(proc, out)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "interrupted; network torn down" in err
-    assert not Path(out / "runs.json").exists()
 
 
 def _wait_for_first_step(proc: subprocess.Popen, out: Path) -> None:
@@ -128,14 +122,20 @@ def _wait_for_first_step(proc: subprocess.Popen, out: Path) -> None:
         time.sleep(0.2)
 
 
+def test_ctrl_c_tears_the_network_down(tmp_path, clean):
+    out = tmp_path / "results"
+    proc = _start_run(out)
+    _wait_for_first_step(proc, out)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; network torn down" in err
+    assert not Path(out / "runs.json").exists()
+
+
 def test_a_switch_that_dies_ends_the_run_in_one_line(tmp_path, clean):
     out = tmp_path / "results"
-    proc = subprocess.Popen(
-        [*FORGIVE, "run", "--steps", "20", "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _start_run(out)
     try:
         _wait_for_first_step(proc, out)
         ps = subprocess.run(

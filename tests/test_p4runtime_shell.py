@@ -10,6 +10,8 @@ without mastership, must see the same state.
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 from p4.v1 import p4runtime_pb2
 from switch_harness import Bmv2Process, free_tcp_port
@@ -60,13 +62,23 @@ def shell(switch):
         sh.teardown()
 
 
-def shell_entry(table: str, action: str, match: dict[str, str], params: dict[str, str]):
-    entry = sh.TableEntry(table)(action=action)
-    for field, value in match.items():
-        entry.match[field] = value
-    for name, value in params.items():
-        entry.action[name] = value
-    return entry
+def shell_entry(info, entry: p4runtime_pb2.TableEntry):
+    """`entry` as the shell builds it: from the P4Info's names and values written as text."""
+    table = next(t for t in info.tables if t.preamble.id == entry.table_id)
+    action = next(a for a in info.actions if a.preamble.id == entry.action.action.action_id)
+    fields = {f.id: f.name for f in table.match_fields}
+    params = {p.id: p.name for p in action.params}
+    shell = sh.TableEntry(table.preamble.name)(action=action.preamble.name)
+    for m in entry.match:
+        if m.HasField("lpm"):
+            address = ipaddress.IPv4Address(int.from_bytes(m.lpm.value, "big"))
+            text = f"{address}/{m.lpm.prefix_len}"
+        else:
+            text = str(int.from_bytes(m.exact.value, "big"))
+        shell.match[fields[m.field_id]] = text
+    for param in entry.action.action.params:
+        shell.action[params[param.param_id]] = str(int.from_bytes(param.value, "big"))
+    return shell
 
 
 def identities(found) -> set[tuple]:
@@ -84,69 +96,22 @@ def test_shell_and_project_client_agree_on_every_table_and_counter(shell):
         ]
 
         limits = Thresholds(4154 * 6, 4154 * 2, 4154 * 4, surface.PMAX_ONE)
-        writes = [
-            (
-                shell_entry(
-                    surface.THRESHOLD_TABLE,
-                    surface.SET_THRESHOLDS,
-                    {surface.EGRESS_SPEC: "2"},
-                    {k: str(v) for k, v in limits._asdict().items()},
-                ),
-                entries.port_thresholds(index, 2, limits),
-            ),
-            (
-                shell_entry(
-                    surface.ECMP_TABLE,
-                    surface.SET_NHOP,
-                    {surface.ECMP_GROUP_ID: "5", surface.ECMP_MEMBER: "0"},
-                    {"dmac": "02:00:00:00:00:02", "port": "2"},
-                ),
-                entries.ecmp_member(index, 5, 0, 0x020000000002, 2),
-            ),
-            (
-                shell_entry(
-                    surface.ECMP_TABLE,
-                    surface.SET_NHOP,
-                    {surface.ECMP_GROUP_ID: "5", surface.ECMP_MEMBER: "1"},
-                    {"dmac": "02:00:00:00:00:03", "port": "3"},
-                ),
-                entries.ecmp_member(index, 5, 1, 0x020000000003, 3),
-            ),
-            (
-                shell_entry(
-                    surface.LPM_TABLE,
-                    surface.SET_ECMP_GROUP,
-                    {surface.DST_ADDR: "10.0.9.0/24"},
-                    {"group_id": "5", "num_members": "2"},
-                ),
-                entries.ecmp_route(index, 0x0A000900, 24, 5, 2),
-            ),
-            (
-                shell_entry(
-                    surface.LPM_TABLE,
-                    surface.SET_NHOP,
-                    {surface.DST_ADDR: "10.0.2.2/32"},
-                    {"dmac": "02:00:00:00:00:02", "port": "2"},
-                ),
-                entries.route(index, 0x0A000202, 32, 0x020000000002, 2),
-            ),
+        wanted = [
+            entries.port_thresholds(index, 2, limits),
+            entries.ecmp_member(index, 5, 0, 0x020000000002, 2),
+            entries.ecmp_member(index, 5, 1, 0x020000000003, 3),
+            entries.ecmp_route(index, 0x0A000900, 24, 5, 2),
+            entries.route(index, 0x0A000202, 32, 0x020000000002, 2),
         ]
-        for written, _ in writes:
-            written.insert()
-        moved = shell_entry(
-            surface.LPM_TABLE,
-            surface.SET_NHOP,
-            {surface.DST_ADDR: "10.0.2.2/32"},
-            {"dmac": "02:00:00:00:00:03", "port": "3"},
-        )
-        moved.modify()
-        writes[-1] = (moved, entries.route(index, 0x0A000202, 32, 0x020000000003, 3))
-        writes[2][0].delete()
-        del writes[2]
+        for entry in wanted:
+            shell_entry(index.p4info, entry).insert()
+        wanted[-1] = entries.route(index, 0x0A000202, 32, 0x020000000003, 3)
+        shell_entry(index.p4info, wanted[-1]).modify()
+        shell_entry(index.p4info, wanted.pop(2)).delete()
 
         for table in surface.TABLE_KEYS:
             table_id = index.table_id(table)
-            expected = identities(e for _, e in writes if e.table_id == table_id)
+            expected = identities(e for e in wanted if e.table_id == table_id)
             assert expected, f"the test writes no entry to {table}"
             assert identities(e.msg() for e in sh.TableEntry(table).read()) == expected
             query = p4runtime_pb2.Entity()

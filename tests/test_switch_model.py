@@ -18,12 +18,14 @@ from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.l2 import Ether
 from switch_harness import ModelProcess, VethSet, can_use_netns, p4info
 
+from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
 from host_agent.wire import FORGIVE_UDP_PORT, PACKET_BYTES, TRIMMED_FRAME_LEN, Flag, Opcode
 from switch_model import surface
 from switch_model.crc16 import crc16
+from switch_model.surface import Thresholds
 
 pytestmark = [
     pytest.mark.netns,
@@ -49,34 +51,13 @@ class Rig:
         self.client.connect()
         self.client.set_pipeline(self.info, b"{}", 1)
 
-    def insert(self, table, match, action, params):
-        from p4.v1 import p4runtime_pb2
-
-        update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
-        update.entity.table_entry.CopyFrom(self.index.table_entry(table, match, action, params))
-        self.client.write([update])
-
     def route(self, prefix: str, plen: int, port: int):
         value = int.from_bytes(bytes(int(x) for x in prefix.split(".")), "big")
-        self.insert(
-            surface.LPM_TABLE,
-            {"hdr.ipv4.dstAddr": (value, plen)},
-            surface.SET_NHOP,
-            {"dmac": HOST_MAC[port], "port": port},
-        )
+        self.client.insert([entries.route(self.index, value, plen, HOST_MAC[port], port)])
 
     def thresholds(self, port, data_queue_bytes, kmin, kmax, pmax):
-        self.insert(
-            surface.THRESHOLD_TABLE,
-            {"standard_metadata.egress_spec": port},
-            surface.SET_THRESHOLDS,
-            {
-                "data_queue_bytes": data_queue_bytes,
-                "ecn_kmin": kmin,
-                "ecn_kmax": kmax,
-                "ecn_pmax": pmax,
-            },
-        )
+        limits = Thresholds(data_queue_bytes, kmin, kmax, pmax)
+        self.client.insert([entries.port_thresholds(self.index, port, limits)])
 
     def counter(self, name: str, port: int) -> tuple[int, int]:
         from p4.v1 import p4runtime_pb2
@@ -167,19 +148,15 @@ def test_unrouted_and_ttl_expired_are_dropped(rig):
 
 
 def test_ecmp_member_is_bmv2_crc16_of_the_five_fields(rig):
-    rig.insert(
-        surface.LPM_TABLE,
-        {"hdr.ipv4.dstAddr": (0x0A000202, 32)},
-        surface.SET_ECMP_GROUP,
-        {"group_id": 5, "num_members": 3},
+    rig.client.insert(
+        [
+            entries.ecmp_route(rig.index, 0x0A000202, 32, 5, 3),
+            *(
+                entries.ecmp_member(rig.index, 5, member, HOST_MAC[port], port)
+                for member, port in enumerate((2, 3, 4))
+            ),
+        ]
     )
-    for member, port in enumerate((2, 3, 4)):
-        rig.insert(
-            surface.ECMP_TABLE,
-            {"meta.ecmp_group_id": 5, "meta.ecmp_member": member},
-            surface.SET_NHOP,
-            {"dmac": HOST_MAC[port], "port": port},
-        )
     sports = random.Random(1).sample(range(1024, 65535), 60)
     for sport in sports:
         rig.port(1).send(data_frame(sport=sport, payload=64))
