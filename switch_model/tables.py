@@ -18,12 +18,10 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from switch_model import surface
-from switch_model.surface import Pipeline, TableInfo
+from switch_model.surface import Pipeline, TableInfo, Thresholds
 
 Route = tuple
 """(0,) drop; (1, dmac: bytes, port: int) next hop; (2, group: int, members: int) ECMP group."""
-Thresholds = tuple[int, int, int, int]
-"""(data_queue_bytes, ecn_kmin, ecn_kmax, ecn_pmax)."""
 
 DROP_ROUTE: Route = (0,)
 LPM_CACHE_LIMIT = 1 << 16
@@ -292,7 +290,7 @@ class TableStore:
 
     def _thresholds(self, entry: p4runtime_pb2.TableEntry) -> Thresholds | None:
         name, args = self._params(entry) if entry.action.action.action_id else ("", [])
-        return (args[0], args[1], args[2], args[3]) if name == surface.SET_THRESHOLDS else None
+        return Thresholds(*args) if name == surface.SET_THRESHOLDS else None
 
     def compile(self) -> Forwarding:
         ids = self.pipe.table_ids
