@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from host_agent.core.dcqcn import DcqcnParams, DcqcnRate
+from host_agent.core.dcqcn import DcqcnParams, DcqcnRate, NicDcqcnRate, new_rate
 from host_agent.core.scoreboard import AckedRanges
 from host_agent.wire import (
     FTH_LEN,
@@ -57,7 +57,7 @@ class TxFlow:
     flow_id: int
     size: int
     data: memoryview | None
-    rate: DcqcnRate
+    rate: DcqcnRate | NicDcqcnRate
     opened: float
     next_new: int = 0
     acked: AckedRanges = field(default_factory=AckedRanges)
@@ -202,7 +202,7 @@ class ForgiveSender:
             flow_id,
             size_bytes,
             memoryview(data) if data is not None else None,
-            DcqcnRate(self.params, now),
+            new_rate(self.params, now),
             opened=now,
             path=path,
             rto=path.rto,
