@@ -226,7 +226,7 @@ class DcqcnRate(_ReactionPoint):
     With no CNP for an alpha period, alpha decays by (1 - g).
     """
 
-    __slots__ = ("_alpha_t", "_byte_counter", "_bytes_since", "_inc_t", "byte_stage")
+    __slots__ = ("_alpha_t", "_byte_counter", "_bytes_since", "_due", "_inc_t", "byte_stage")
 
     def __init__(self, params: DcqcnParams, now: float) -> None:
         super().__init__(params)
@@ -235,10 +235,20 @@ class DcqcnRate(_ReactionPoint):
         self._bytes_since = 0
         self._alpha_t = now
         self._inc_t = now
+        self._set_due()
+
+    def _set_due(self) -> None:
+        """The earliest time a timer may have expired, so that most calls return at once."""
+        self._due = min(
+            self._alpha_t + self._alpha_period * (1 - _EPS),
+            self._inc_t + self._inc_period * (1 - _EPS),
+        )
 
     def _replay_timers(self, now: float) -> None:
         # A timer that expires at `now` itself has fired: a CNP at that instant
         # comes after it.
+        if now < self._due:
+            return
         n = math.floor((now - self._alpha_t) / self._alpha_period + _EPS)
         if n > 0:
             self.alpha *= (1 - self.params.g) ** n
@@ -252,6 +262,7 @@ class DcqcnRate(_ReactionPoint):
                     break
                 self._increase()
                 self.timer_stage += 1
+        self._set_due()
 
     def _increase(self) -> None:
         f = self.params.fast_recovery_steps
@@ -286,6 +297,7 @@ class DcqcnRate(_ReactionPoint):
         self.alpha = (1 - g) * self.alpha + g
         self._alpha_t = now
         self._inc_t = now
+        self._set_due()
         self._bytes_since = 0
         self.timer_stage = 0
         self.byte_stage = 0

@@ -84,6 +84,8 @@ class TxFlow:
     timeouts_in_a_row: int = 0
     """Timeouts since the last acknowledged byte; `max_timeouts` of them fail the flow."""
     failed: bool = False
+    stopped: bool = False
+    """Done or failed: nothing more is sent and no timer runs."""
     mode_changes: int = 0
     exempt_since: float | None = None
     exempt_time: float = 0.0
@@ -91,11 +93,6 @@ class TxFlow:
 
     def has_work(self) -> bool:
         return bool(self.retx) or self.next_new < self.size
-
-    @property
-    def stopped(self) -> bool:
-        """Completed or given up: nothing more is sent and no timer runs."""
-        return self.done or self.failed
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -355,7 +352,7 @@ class ForgiveSender:
 
     def _fail(self, flow: TxFlow, now: float) -> None:
         """Give up: the receiver has acknowledged nothing through `max_timeouts` timeouts."""
-        flow.failed = True
+        flow.failed = flow.stopped = True
         flow.finished = now
         self._end_exemption_clock(flow, now)
         flow.retx.clear()
@@ -438,7 +435,7 @@ class ForgiveSender:
             flow.rto = flow.path.rto
             flow.timeouts_in_a_row = 0
             if flow.acked.una >= flow.size and not flow.done:
-                flow.done = True
+                flow.done = flow.stopped = True
                 flow.finished = now
                 self._end_exemption_clock(flow, now)
                 flow.inflight.clear()
