@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from host_agent.core.dcqcn import DcqcnParams, DcqcnRate
+from host_agent.core.dcqcn import DcqcnParams, DcqcnRate, NicDcqcnRate, new_rate
 from host_agent.core.scoreboard import AckedRanges
 from host_agent.wire import (
     FTH_LEN,
@@ -57,7 +57,7 @@ class TxFlow:
     flow_id: int
     size: int
     data: memoryview | None
-    rate: DcqcnRate
+    rate: DcqcnRate | NicDcqcnRate
     opened: float
     next_new: int = 0
     acked: AckedRanges = field(default_factory=AckedRanges)
@@ -84,6 +84,8 @@ class TxFlow:
     timeouts_in_a_row: int = 0
     """Timeouts since the last acknowledged byte; `max_timeouts` of them fail the flow."""
     failed: bool = False
+    stopped: bool = False
+    """Done or failed: nothing more is sent and no timer runs."""
     mode_changes: int = 0
     exempt_since: float | None = None
     exempt_time: float = 0.0
@@ -91,11 +93,6 @@ class TxFlow:
 
     def has_work(self) -> bool:
         return bool(self.retx) or self.next_new < self.size
-
-    @property
-    def stopped(self) -> bool:
-        """Completed or given up: nothing more is sent and no timer runs."""
-        return self.done or self.failed
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -202,7 +199,7 @@ class ForgiveSender:
             flow_id,
             size_bytes,
             memoryview(data) if data is not None else None,
-            DcqcnRate(self.params, now),
+            new_rate(self.params, now),
             opened=now,
             path=path,
             rto=path.rto,
@@ -355,7 +352,7 @@ class ForgiveSender:
 
     def _fail(self, flow: TxFlow, now: float) -> None:
         """Give up: the receiver has acknowledged nothing through `max_timeouts` timeouts."""
-        flow.failed = True
+        flow.failed = flow.stopped = True
         flow.finished = now
         self._end_exemption_clock(flow, now)
         flow.retx.clear()
@@ -438,7 +435,7 @@ class ForgiveSender:
             flow.rto = flow.path.rto
             flow.timeouts_in_a_row = 0
             if flow.acked.una >= flow.size and not flow.done:
-                flow.done = True
+                flow.done = flow.stopped = True
                 flow.finished = now
                 self._end_exemption_clock(flow, now)
                 flow.inflight.clear()
