@@ -30,15 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.p4info import ConfigError
+from switch_model.surface import PMAX_ONE, Thresholds
 
-THRESHOLD_KEYS = ("data_queue_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax")
+THRESHOLD_KEYS = Thresholds._fields
 QUEUE_KEYS = ("low_queue_bytes", "high_queue_bytes")
-DEFAULT_THRESHOLDS = {
-    "data_queue_bytes": 4 << 20,
-    "ecn_kmin": 800_000,
-    "ecn_kmax": 3_200_000,
-    "ecn_pmax": 1 << 16,
-}
+DEFAULT_THRESHOLDS = Thresholds(
+    data_queue_bytes=4 << 20, ecn_kmin=800_000, ecn_kmax=3_200_000, ecn_pmax=PMAX_ONE
+)
 TARGETS = ("model", "bmv2")
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
@@ -55,7 +53,7 @@ class SwitchSpec:
 
 @dataclass(frozen=True)
 class PortSpec:
-    thresholds: tuple[int, int, int, int]
+    thresholds: Thresholds
     rate_bps: int | None
     low_queue_bytes: int | None
     high_queue_bytes: int | None
@@ -185,7 +183,7 @@ def parse(description: dict) -> Fabric:
             raise ConfigError(f"host {name}: bad MAC {mac!r}")
         hosts[name] = (ip, int(mac.replace(":", ""), 16))
     fabric = Fabric(switches, hosts, neighbors={s: {} for s in switches})
-    thresholds = dict(DEFAULT_THRESHOLDS)
+    thresholds = DEFAULT_THRESHOLDS._asdict()
     thresholds.update(description.get("thresholds", {}))
     queues = description.get("queues", {})
     rates: dict[tuple[str, int], int] = {}
@@ -217,11 +215,11 @@ def parse(description: dict) -> Fabric:
             values = [_int(own[k], f"{switch}:{port} {k}") for k in THRESHOLD_KEYS]
             if values[1] > values[2]:
                 raise ConfigError(f"{switch}:{port}: ecn_kmin exceeds ecn_kmax")
-            if values[3] > 1 << 16:
+            if values[3] > PMAX_ONE:
                 raise ConfigError(f"{switch}:{port}: ecn_pmax exceeds 65536 (probability 1)")
             rate = own.get("rate_bps", rates.get((switch, port)))
             fabric.ports[switch, port] = PortSpec(
-                tuple(values),
+                Thresholds(*values),
                 None if rate is None else _int(rate, f"{switch}:{port} rate_bps", 1),
                 *(
                     None if own.get(k) is None else _int(own[k], f"{switch}:{port} {k}", 1)

@@ -56,7 +56,15 @@ _DATA, _NACK, _CNP = int(Opcode.DATA), int(Opcode.NACK), int(Opcode.CNP)
 
 
 class MalformedPacket(ValueError):
-    """A packet that is too short, of another version or opcode, or whose lengths disagree."""
+    """A packet that is too short, of another version or opcode, or whose lengths disagree.
+
+    `reason` names the check that failed in a word the cores count packets under:
+    "short", "bad_header", or "out_of_range" for a DATA range past the flow's length.
+    """
+
+    def __init__(self, message: str, reason: str = "bad_header") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +112,9 @@ def check_fields(
         if length == 0 or length > PACKET_BYTES:
             raise MalformedPacket(f"DATA length {length} outside 1..{PACKET_BYTES}")
         if seq + length > aux:
-            raise MalformedPacket(f"DATA range [{seq}, {seq + length}) beyond flow length {aux}")
+            raise MalformedPacket(
+                f"DATA range [{seq}, {seq + length}) beyond flow length {aux}", "out_of_range"
+            )
         expected = 0 if flags & _TRIMMED else length
         if payload_len != expected:
             raise MalformedPacket(
@@ -141,7 +151,7 @@ def peek(buf: bytes | bytearray | memoryview) -> Fields:
 def decode(buf: bytes | bytearray | memoryview) -> tuple[Fth, memoryview]:
     """Split a buffer that starts at the FTH into the header and its payload."""
     if len(buf) < FTH_LEN:
-        raise MalformedPacket(f"{len(buf)} bytes, shorter than the {FTH_LEN}-byte FTH")
+        raise MalformedPacket(f"{len(buf)} bytes, shorter than the {FTH_LEN}-byte FTH", "short")
     vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
     check_fields(vo >> 4, vo & 0x0F, flags, length, seq, aux, len(buf) - FTH_LEN)
     header = Fth(Opcode(vo & 0x0F), Flag(flags), length, flow_id, seq, aux)
