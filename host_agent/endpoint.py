@@ -345,7 +345,9 @@ class Endpoint:
         """
         out: list[Datagram] = [(peer, _CONTROL, 0, reply) for reply, peer in self._replies]
         self._replies = []
-        packets = self.tx.poll(now) if data else None
+        if not data:
+            return out
+        packets = self.tx.poll(now)
         if packets:
             sending = self._sending
             nbytes = 0
@@ -359,7 +361,7 @@ class Endpoint:
                 nbytes += len(pkt) - FTH_LEN
             self.counters["tx_data"] += len(packets)
             self.counters["tx_data_bytes"] += nbytes
-            self._drain_sender(now)
+        self._drain_sender(now)  # a timeout may have ended a flow
         return out
 
     def get_timer(self) -> float | None:
@@ -458,7 +460,6 @@ class Endpoint:
                 f"{self.config.max_timeouts} retransmission timeouts in a row,"
                 f" {state['acked_bytes']} of {flow.size} bytes acknowledged"
             )
-            self._warn(f"flow {flow_id} to {dst} failed: {reason}")
             self._emit(
                 FlowFailed(
                     flow_id, flow.step, dst, flow.size, state["acked_bytes"], state["rtos"], reason
