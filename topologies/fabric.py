@@ -31,10 +31,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from switch_model.tables import PMAX_ONE
 from topologies.scaling import Scaling, ScalingError
-
-PMAX_ONE = 1 << 16
-"""ecn_pmax as the dataplane takes it: a fraction of 65536."""
 
 
 class FabricError(ValueError):
