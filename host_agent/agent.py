@@ -31,10 +31,6 @@ from typing import Any
 from host_agent.acks import AckCoalescer
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
 from host_agent.frames import (
-    ECN_ECT0,
-    ECN_NOT_ECT,
-    IPV4_LEN,
-    UDP_LEN,
     Arrival,
     FrameBuilder,
     MalformedFrame,
@@ -48,7 +44,18 @@ from host_agent.link import RawLink, hold_udp_port, interface_ipv4, interface_mt
 from host_agent.neighbors import Held, Neighbors
 from host_agent.policies import Policy, is_shed, parse_policy
 from host_agent.stats import StatsLog, bound_violation
-from host_agent.wire import FTH_LEN, PACKET_BYTES, Dscp, Flag, MalformedPacket, Opcode
+from host_agent.wire import (
+    ECN_ECT0,
+    ECN_NOT_ECT,
+    FTH_LEN,
+    IPV4_LEN,
+    PACKET_BYTES,
+    UDP_LEN,
+    Dscp,
+    Flag,
+    MalformedPacket,
+    Opcode,
+)
 
 TRAFFIC_CLASSES: dict[str, Dscp] = {
     "gradient": Dscp.GRADIENT,
