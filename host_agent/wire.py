@@ -183,6 +183,22 @@ def check_fields(
         raise MalformedPacket("NACK of an empty range")
 
 
+Fields = tuple[int, int, int, int, int, int]
+"""(opcode, flags, length, flow_id, seq, aux): the FTH as plain ints, for per-packet paths."""
+
+
+def peek(buf: bytes | bytearray | memoryview) -> Fields:
+    """The FTH fields of a buffer that starts at the FTH, without checking them.
+
+    For code above the cores that must route or account a packet the cores
+    validate themselves; MalformedPacket only when there is no FTH at all.
+    """
+    if len(buf) < FTH_LEN:
+        raise MalformedPacket(f"{len(buf)} bytes, shorter than the {FTH_LEN}-byte FTH")
+    vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
+    return vo & 0x0F, flags, length, flow_id, seq, aux
+
+
 def decode(buf: bytes | bytearray | memoryview) -> tuple[Fth, memoryview]:
     """Split a buffer that starts at the FTH into the header and its payload."""
     if len(buf) < FTH_LEN:

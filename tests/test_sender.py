@@ -16,7 +16,7 @@ EXHAUSTED = Flag.ELIGIBLE | Flag.EXHAUSTED
 
 def sender(rate=10 * GBPS, rto=10.0, rto_max=10.0):
     """A sender whose timeout stays out of the way unless a test asks for it."""
-    return ForgiveSender(DcqcnParams(line_rate_bps=rate), seed=0, rto=rto, rto_max=rto_max)
+    return ForgiveSender(DcqcnParams(line_rate_bps=rate), rto=rto, rto_max=rto_max)
 
 
 def drain(tx, until=1.0):

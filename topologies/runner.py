@@ -414,20 +414,14 @@ def _trainer_command(
     sc = config.fabric.scaling
     cfg = config.training_config(fabric_plan, rank)
     cmd = [sys.executable, "-m", "workload.train", "--iface", f"{host.name}-eth0"]
-    cmd += ["--policy", config.policy, "--seed", str(config.seed)]
+    cmd += ["--policy", config.policy]
     cmd += ["--line-rate", str(sc.rate(config.fabric.host_link_gbps * 1e9))]
     cmd += ["--time-scale", str(sc.time_scale)]
     rto = initial_rto(fabric_plan)
     cmd += ["--rto", f"{rto:.6f}", "--rto-max", f"{10 * rto:.6f}"]
     cmd += ["--gateway-mac", _mac_text(switch_port_mac(host.leaf, host.port))]
     cmd += ["--stats", str(stats_files[host.name]), "--out", str(train_files[host.name])]
-    cmd += ["--ranks", ",".join(cfg.ranks), "--rank", str(rank), "--steps", str(cfg.steps)]
-    cmd += ["--grad-bytes", str(cfg.grad_bytes), "--compute-ms", str(cfg.compute_s * 1e3)]
-    cmd += ["--tp-bytes", str(cfg.tp_bytes), "--pp-bytes", str(cfg.pp_bytes)]
-    cmd += ["--detector", cfg.detector, "--timeout", str(config.timeout_s)]
-    if cfg.burst_step is not None:
-        cmd += ["--burst-step", str(cfg.burst_step), "--burst-bytes", str(cfg.burst_bytes)]
-        cmd += ["--burst-src", str(cfg.burst_src), "--burst-dst", str(cfg.burst_dst)]
+    cmd += ["--timeout", str(config.timeout_s), "--config", cfg.to_json()]
     return cmd
 
 

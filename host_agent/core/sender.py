@@ -7,7 +7,6 @@ from the note are `open_flow`, `_on_report`, `_on_cnp` and `_on_nack` here.
 from __future__ import annotations
 
 import heapq
-import random
 from collections import Counter, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -136,7 +135,6 @@ class ForgiveSender:
     def __init__(
         self,
         params: DcqcnParams,
-        seed: int = 0,
         *,
         rto: float = 1e-3,
         rto_max: float = 0.2,
@@ -147,7 +145,6 @@ class ForgiveSender:
         if isinstance(max_timeouts, bool) or not isinstance(max_timeouts, int) or max_timeouts < 1:
             raise ValueError(f"max_timeouts must be an integer >= 1, got {max_timeouts!r}")
         self.params = params
-        self.rng = random.Random(seed)
         self.rto = rto
         self.rto_max = rto_max
         self.max_timeouts = max_timeouts
