@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from typing import IO, Protocol
 
 from host_agent.events import Event
-from host_agent.frames import IPV4_LEN, UDP_LEN
 from host_agent.host import Host, HostConfig
 from host_agent.link import RawLink, hold_udp_port, interface_ipv4, interface_mtu
 from host_agent.stats import StatsLog
-from host_agent.wire import FTH_LEN, PACKET_BYTES
+from host_agent.wire import FTH_LEN, IPV4_LEN, PACKET_BYTES, UDP_LEN
 
 RECV_BATCH = 32
 MAX_BATCHES = 64

@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from host_agent.endpoint import Endpoint, EndpointConfig
 from host_agent.events import Event
 from host_agent.frames import (
-    ECN_ECT0,
-    ECN_NOT_ECT,
     FrameBuilder,
     MalformedFrame,
     ip_bytes,
@@ -28,7 +26,7 @@ from host_agent.frames import (
 )
 from host_agent.neighbors import Held, Neighbors
 from host_agent.stats import StatsLog
-from host_agent.wire import Dscp
+from host_agent.wire import ECN_ECT0, ECN_NOT_ECT, Dscp
 
 Frame = tuple[bytes, ...]
 """One frame as the parts a scatter-gather send joins (headers, then the FTH packet)."""

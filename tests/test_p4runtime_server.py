@@ -240,7 +240,7 @@ def test_default_action_can_be_read_and_modified(server, client):
     del entry.match[:]
     entry.is_default_action = True
     client.write([update(_Update.MODIFY, entry)])
-    assert service.dataplane.pipeline.forwarding.route(0x01020304)[2] == 2
+    assert service.dataplane.pipeline.forwarding.ipv4_lpm(0x01020304).port == 2
     with pytest.raises(WriteFailed) as err:
         client.write([update(_Update.INSERT, entry)])
     assert err.value.errors[0][1] == "INVALID_ARGUMENT"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -313,3 +314,28 @@ def test_a_vanished_interface_leaves_the_other_ports_forwarding(rig):
     rig.port(1).send(data_frame(payload=100))
     assert len(rig.port(2).receive(count=1)) == 1
     assert rig.model.proc.poll() is None
+
+
+def test_frames_lost_in_the_socket_buffer_are_counted(rig):
+    """A switch that cannot keep up loses frames in its port's socket buffer before the
+    pipeline sees them: they are counted, so every frame sent is accounted for."""
+    rig.route("10.0.2.0", 24, 2)
+    frame = data_frame()
+    sent = 10_000
+    os.kill(rig.model.proc.pid, signal.SIGSTOP)  # the far end of an unpaced blast
+    try:
+        for _ in range(sent):
+            rig.port(1).send(frame)
+    finally:
+        os.kill(rig.model.proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 20
+    while True:
+        stats = rig.model.stats()
+        lost = stats["dropped"].get("socket buffer full", 0)
+        if stats["rx_frames"] + lost >= sent or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert 0 < lost < sent
+    assert stats["rx_frames"] + lost == sent
+    assert stats["ports"]["1"]["socket_drops"] == lost
+    assert rig.counter("MyEgress.port_tx", 2)[0] == stats["rx_frames"]

@@ -5,7 +5,7 @@ namespaces, no root, no wall clock. Every host is the same sans-IO
 `host_agent.host.Host` the raw-socket agent drives, every rank the same
 `workload.rank.Rank` that `forgive-train` runs, and the switch is the switch
 model's own pipeline and egress ports (`switch_model.pipeline`,
-`switch_model.queues`), clocked by the fabric. The engine only moves frames
+`switch_model.port`), clocked by the fabric. The engine only moves frames
 along links with a propagation delay and serialisation at each port's line
 rate, and advances time to the next thing due. All randomness is seeded, so
 one seed gives the same run, byte for byte.
@@ -23,9 +23,11 @@ from host_agent.events import Event
 from host_agent.frames import ip_bytes
 from host_agent.host import Host, HostConfig
 from host_agent.stats import StatsLog
+from switch_model.counters import CounterArrays
 from switch_model.pipeline import Pipeline
-from switch_model.queues import EgressPort, PortCounters
-from switch_model.tables import Forwarding
+from switch_model.port import EgressPort
+from switch_model.surface import Thresholds
+from switch_model.tables import Forwarding, NextHop
 from workload.plan import TrainingConfig
 from workload.rank import Rank
 
@@ -89,15 +91,16 @@ class VirtualFabric:
             self.hosts.append(Host(config, fabric.mac(i), fabric.ip(i), log, warn=self._warn))
         self.warnings: list[str] = []
         self.apps: list[list] = [[] for _ in range(fabric.hosts)]
-        self.counters = PortCounters(fabric.hosts)
+        self.counters = CounterArrays(fabric.hosts)
         self.ports = {
-            i: EgressPort(i, f"port{i}", rate_bps=int(fabric.port_rate_bps), clock=self._clock)
-            for i in range(fabric.hosts)
+            i: EgressPort(i, rate_bps=int(fabric.port_rate_bps)) for i in range(fabric.hosts)
         }
         self.switch = Pipeline(self.ports, self.counters, seed=seed)
-        thresholds = (fabric.data_queue_bytes, fabric.ecn_kmin, fabric.ecn_kmax, fabric.ecn_pmax)
+        thresholds = Thresholds(
+            fabric.data_queue_bytes, fabric.ecn_kmin, fabric.ecn_kmax, fabric.ecn_pmax
+        )
         routes = {
-            int.from_bytes(ip_bytes(fabric.ip(i)), "big"): (1, fabric.mac(i), i)
+            int.from_bytes(ip_bytes(fabric.ip(i)), "big"): NextHop(fabric.mac(i), i)
             for i in range(fabric.hosts)
         }
         self.switch.forwarding = Forwarding(
@@ -107,9 +110,6 @@ class VirtualFabric:
         self._order = itertools.count()
         self._host_free = [0.0] * fabric.hosts
         """When each host's link is free again (frames leave it one after another)."""
-
-    def _clock(self) -> float:
-        return self.now
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -137,7 +137,7 @@ class VirtualFabric:
             if until():
                 return
             due = [t for t in timers if t is not None]
-            due += [t for p in ports.values() if (t := p.next_due()) is not None]
+            due += [t for p in ports.values() if (t := p.next_departure()) is not None]
             if arrivals:
                 due.append(arrivals[0].at)
             if not due:
@@ -148,15 +148,14 @@ class VirtualFabric:
             while arrivals and arrivals[0].at <= now:
                 item = heapq.heappop(arrivals)
                 if item.to_switch:
-                    self.switch.process(bytearray(item.frame))
+                    self.switch.process(bytearray(item.frame), now)
                 else:
                     hosts[item.index].receive_frame(item.frame, now)
                     touched.add(item.index)
             for number, port in ports.items():
-                while (popped := port.pop_due(now)) is not None:
+                while (popped := port.dequeue(now)) is not None:
                     frame, received = popped
-                    self.counters.tx_packets[number] += 1
-                    self.counters.tx_bytes[number] += received
+                    self.switch.egress(number, received)
                     at = now + len(frame) * port_bit + fabric.delay_s
                     self._put(at, False, number, bytes(frame))
             for i, timer in enumerate(timers):
