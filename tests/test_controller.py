@@ -31,7 +31,12 @@ from host_agent.wire import FORGIVE_UDP_PORT
 from switch_model.dataplane import Dataplane
 from switch_model.p4runtime_server import SwitchService, serve
 
-netns = pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns()))
+
+def netns(test):
+    """Veths and raw sockets: run under the namespace lock, skipped where they cannot run."""
+    skip = pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns()))
+    return pytest.mark.netns(skip(test))
+
 
 H1_MAC, H2_MAC = "02:00:00:00:01:01", "02:00:00:00:02:02"
 
