@@ -114,6 +114,10 @@ def test_fabric_file_round_trip(tmp_path):
             r"host_link_gbps must lie in \(0, 10000\]",
         ),
         ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", r"not TOML \(nested too deep\)"),
+        (
+            "leaves = 2\nspines = 1\nhosts_per_leaf = 2\n[switch]\ndata_queue_bytes = 10000000000000\n",
+            "refused by the controller: thresholds.data_queue_bytes must be an integer in 0..",
+        ),
     ],
 )
 def test_bad_fabric_files_are_rejected_in_one_line(tmp_path, text, message):

@@ -32,7 +32,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from controller.p4info import ConfigError
 from controller.topology import MAX_RATE_BPS
+from controller.topology import parse as parse_description
 from topologies.scaling import Scaling, ScalingError
 
 PMAX_ONE = 1 << 16
@@ -113,7 +115,21 @@ def _check(spec: FabricSpec) -> FabricSpec:
             )
     except ScalingError as err:
         raise FabricError(str(err)) from None
+    _check_description(spec)
     return spec
+
+
+def _check_description(spec: FabricSpec) -> None:
+    """The controller's parse of the description a run will hand it, before anything starts."""
+    fabric_plan = plan(spec)
+    endpoints = {
+        name: {"target": "model", "grpc": f"127.0.0.1:{i + 1}", "control": "check"}
+        for i, name in enumerate(fabric_plan.switches)
+    }
+    try:
+        parse_description(fabric_plan.controller_description(endpoints))
+    except ConfigError as err:
+        raise FabricError(f"the scaled fabric is refused by the controller: {err}") from None
 
 
 def preset(name: str, scaling: Scaling | None = None) -> FabricSpec:
