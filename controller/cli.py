@@ -22,15 +22,16 @@ from controller.fabric_control import FabricController
 from controller.p4info import ConfigError
 from controller.shaping import ShapingFailed
 from controller.topology import load
+from switch_model.surface import PortCounters
 
 
-def format_counters(switch: str, rows: dict[int, dict[str, int]]) -> str:
+def format_counters(switch: str, rows: dict[int, PortCounters]) -> str:
     header = f"{'switch':<8}{'port':>5}{'tx_packets':>12}{'tx_bytes':>14}{'ce_marks':>10}{'trims':>9}{'drops':>9}"
     lines = [header]
     for port, row in sorted(rows.items()):
         lines.append(
-            f"{switch:<8}{port:>5}{row['tx_packets']:>12}{row['tx_bytes']:>14}"
-            f"{row['ce_marks']:>10}{row['trims']:>9}{row['drops']:>9}"
+            f"{switch:<8}{port:>5}{row.tx_packets:>12}{row.tx_bytes:>14}"
+            f"{row.ce_marks:>10}{row.trims:>9}{row.drops:>9}"
         )
     return "\n".join(lines)
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{report.deleted} deleted"
                 )
         else:
-            controller.connect()
+            controller.connect(write=False)  # reading needs no mastership
             for name in args.switch or sorted(controller.fabric.switches):
                 if name not in controller.fabric.switches:
                     raise ConfigError(f"no switch {name} in {args.topology}")

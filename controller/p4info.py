@@ -1,8 +1,9 @@
 """Names to ids for one P4Info, and table entries built from names and integers.
 
-Every id the controller sends comes from the P4Info it pushed, looked up by
-the names of TEAM.md's control surface; a name the P4Info lacks is a
-ConfigError before anything is written.
+Every id a client sends comes from the P4Info it pushed, looked up by the
+names of the control surface (`switch_model/surface.py`, described in
+docs/dataplane.md); a name the P4Info lacks is a ConfigError before anything
+is written.
 """
 
 from __future__ import annotations

@@ -35,22 +35,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.p4info import ConfigError
+from switch_model.surface import PMAX_ONE, Thresholds
 
-THRESHOLD_KEYS = ("data_queue_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax")
+THRESHOLD_KEYS = Thresholds._fields
 QUEUE_KEYS = ("low_queue_bytes", "high_queue_bytes")
-DEFAULT_THRESHOLDS = {
-    "data_queue_bytes": 4 << 20,
-    "ecn_kmin": 800_000,
-    "ecn_kmax": 3_200_000,
-    "ecn_pmax": 1 << 16,
-}
+DEFAULT_THRESHOLDS = Thresholds(
+    data_queue_bytes=4 << 20, ecn_kmin=800_000, ecn_kmax=3_200_000, ecn_pmax=PMAX_ONE
+)
 TARGETS = ("model", "bmv2")
 MAX_DEVICE_ID = (1 << 64) - 1
 """P4Runtime's device_id is a uint64."""
 MAX_BYTES = (1 << 32) - 1
 """Thresholds are bit<32> parameters of forgive.p4; queue sizes share the bound (4 GiB)."""
-PMAX_ONE = 1 << 16
-"""ecn_pmax of probability 1."""
 MAX_RATE_BPS = 10**13
 """10 Tbit/s, beyond any switch port: a larger line rate is a typo."""
 MAX_PORT = 511
@@ -73,7 +69,7 @@ class SwitchSpec:
 
 @dataclass(frozen=True)
 class PortSpec:
-    thresholds: tuple[int, int, int, int]
+    thresholds: Thresholds
     rate_bps: int | None
     low_queue_bytes: int | None
     high_queue_bytes: int | None
@@ -218,17 +214,12 @@ def _settings(values: dict, where: str) -> dict[str, int]:
     return {key: _setting(values, key, where) for key in values}
 
 
-def _thresholds(values: dict[str, int], where: str) -> tuple[int, int, int, int]:
+def _thresholds(values: dict[str, int], where: str) -> Thresholds:
     if values["ecn_kmin"] > values["ecn_kmax"]:
         raise ConfigError(
             f"{where}: ecn_kmin {values['ecn_kmin']} exceeds ecn_kmax {values['ecn_kmax']}"
         )
-    return (
-        values["data_queue_bytes"],
-        values["ecn_kmin"],
-        values["ecn_kmax"],
-        values["ecn_pmax"],
-    )
+    return Thresholds(*(values[key] for key in THRESHOLD_KEYS))
 
 
 def parse(description) -> Fabric:
@@ -273,7 +264,7 @@ def parse(description) -> Fabric:
     thresholds = _settings(
         _object(description.get("thresholds", {}), "thresholds", THRESHOLD_KEYS), "thresholds"
     )
-    thresholds = {**DEFAULT_THRESHOLDS, **thresholds}
+    thresholds = {**DEFAULT_THRESHOLDS._asdict(), **thresholds}
     _thresholds(thresholds, "thresholds")
     queues = _settings(_object(description.get("queues", {}), "queues", QUEUE_KEYS), "queues")
     rates: dict[tuple[str, int], int] = {}

@@ -8,6 +8,8 @@ import sys
 
 from host_agent.agent import AgentConfig, HostAgent
 from host_agent.api import ApiServer, check_api_path
+from host_agent.endpoint import EndpointConfig
+from host_agent.host import HostConfig
 from host_agent.policies import POLICY_NAMES, parse_policy
 
 
@@ -59,21 +61,23 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         if not sep:
             raise ValueError(f"--neighbor {entry!r}: expected IP=MAC")
         neighbors[ip] = mac
-    config = AgentConfig(
-        iface=args.iface,
-        ip=args.ip,
+    endpoint = EndpointConfig(
         policy=parse_policy(args.policy),
         seed=args.seed,
         line_rate_bps=args.line_rate,
         time_scale=args.time_scale,
         rto=args.rto,
         rto_max=args.rto_max,
+        keep_payload=not args.no_payload,
+    )
+    host = HostConfig(
+        ip=args.ip,
+        endpoint=endpoint,
         spray=not args.no_spray,
         neighbors=neighbors,
         gateway_mac=args.gateway_mac,
-        stats_path=args.stats,
-        keep_payload=not args.no_payload,
     )
+    config = AgentConfig(iface=args.iface, host=host, stats_path=args.stats)
     config.validate()
     return config
 

@@ -18,14 +18,35 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from switch_model import surface
-from switch_model.surface import Pipeline, TableInfo
+from switch_model.surface import Pipeline, TableInfo, Thresholds
 
-Route = tuple
-"""(0,) drop; (1, dmac: bytes, port: int) next hop; (2, group: int, members: int) ECMP group."""
-Thresholds = tuple[int, int, int, int]
-"""(data_queue_bytes, ecn_kmin, ecn_kmax, ecn_pmax)."""
 
-DROP_ROUTE: Route = (0,)
+@dataclass(frozen=True, slots=True)
+class NextHop:
+    """An entry running `set_nhop(dmac, port)` (ipv4_lpm or ecmp_nhop)."""
+
+    dmac: bytes
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class EcmpGroup:
+    """An ipv4_lpm entry running `set_ecmp_group(group_id, num_members)`."""
+
+    group_id: int
+    num_members: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """An entry or default running `drop()`: the packet gets no egress port."""
+
+
+DROP = Drop()
+Route = NextHop | EcmpGroup | Drop
+"""What a routing table's hit (or default) runs, tagged by its action."""
+
+
 LPM_CACHE_LIMIT = 1 << 16
 
 _Update = p4runtime_pb2.Update
@@ -53,18 +74,27 @@ def _int(value: bytes, bitwidth: int, what: str, code: int) -> int:
 
 @dataclass(frozen=True)
 class Forwarding:
-    """What the packet loop looks up; replaced whole, never changed in place."""
+    """The program's three tables as the packet loop applies them; replaced whole, never
+    changed in place. Each method is one `table.apply()` of forgive.p4, returning what the
+    hit (or the default) runs."""
 
     lpm: tuple[tuple[int, dict[int, Route]], ...] = ()
     """(mask, {masked destination: route}) by decreasing prefix length."""
-    lpm_default: Route = DROP_ROUTE
+    lpm_default: Route = DROP
     ecmp: dict[tuple[int, int], Route] = field(default_factory=dict)
-    ecmp_default: Route = DROP_ROUTE
+    ecmp_default: Route = DROP
     thresholds: dict[int, Thresholds] = field(default_factory=dict)
     thresholds_default: Thresholds | None = None
+    """None: NoAction, the port is unmanaged."""
     cache: dict[int, Route] = field(default_factory=dict)
 
-    def route(self, dst: int) -> Route:
+    def ecmp_nhop(self, group_id: int, member: int) -> Route:
+        return self.ecmp.get((group_id, member), self.ecmp_default)
+
+    def port_thresholds(self, port: int) -> Thresholds | None:
+        return self.thresholds.get(port, self.thresholds_default)
+
+    def ipv4_lpm(self, dst: int) -> Route:
         hit = self.cache.get(dst)
         if hit is not None:
             return hit
@@ -285,14 +315,14 @@ class TableStore:
     def _route(self, entry: p4runtime_pb2.TableEntry) -> Route:
         name, args = self._params(entry)
         if name == surface.SET_NHOP:
-            return (1, args[0].to_bytes(6, "big"), args[1])
+            return NextHop(args[0].to_bytes(6, "big"), args[1])
         if name == surface.SET_ECMP_GROUP:
-            return (2, args[0], args[1])
-        return DROP_ROUTE
+            return EcmpGroup(args[0], args[1])
+        return DROP
 
     def _thresholds(self, entry: p4runtime_pb2.TableEntry) -> Thresholds | None:
         name, args = self._params(entry) if entry.action.action.action_id else ("", [])
-        return (args[0], args[1], args[2], args[3]) if name == surface.SET_THRESHOLDS else None
+        return Thresholds(*args) if name == surface.SET_THRESHOLDS else None
 
     def compile(self) -> Forwarding:
         ids = self.pipe.table_ids

@@ -28,6 +28,7 @@ from controller.p4info import ConfigError
 from controller.shaping import bmv2_commands
 from controller.topology import PortSpec, parse, switch_port_mac
 from host_agent.wire import FORGIVE_UDP_PORT
+from switch_model import surface
 from switch_model.dataplane import Dataplane
 from switch_model.p4runtime_server import SwitchService, serve
 
@@ -135,9 +136,7 @@ def test_apply_installs_routes_ecmp_and_thresholds_and_is_idempotent(fabric):
         )
         entries = read_tables(ctl, "s1")
         names = {t.preamble.id: t.preamble.name for t in ctl.p4info.tables}
-        assert (
-            sorted(names[e.table_entry.table_id] for e in entries).count("MyIngress.ecmp_nhop") == 2
-        )
+        assert sorted(names[e.table_entry.table_id] for e in entries).count(surface.ECMP_TABLE) == 2
         stats = fabric.s1.stats()["ports"]
         assert stats["1"]["rate_bps"] == 500_000_000 and stats["2"]["rate_bps"] == 0
     finally:
@@ -176,9 +175,9 @@ def test_traffic_crosses_the_configured_fabric_over_both_paths(fabric):
         assert len(got) == 40
         assert all(Ether(f).dst == H2_MAC and Ether(f)[IP].ttl == 62 for f in got)
         rows = ctl.counters("s1")
-        assert rows[2]["tx_packets"] > 0 and rows[3]["tx_packets"] > 0
-        assert rows[2]["tx_packets"] + rows[3]["tx_packets"] == 40
-        assert ctl.counters("s2")[3]["tx_packets"] == 40
+        assert rows[2].tx_packets > 0 and rows[3].tx_packets > 0
+        assert rows[2].tx_packets + rows[3].tx_packets == 40
+        assert ctl.counters("s2")[3].tx_packets == 40
         sources = {int(Ether(f).src.replace(":", ""), 16) for f in got}
         assert sources == {switch_port_mac("s2", 1), switch_port_mac("s2", 2)}
     finally:
@@ -426,3 +425,29 @@ def test_any_change_to_a_description_parses_or_is_one_config_error(path, replace
         parse(copy.deepcopy(desc))
     except ConfigError as err:
         assert "\n" not in str(err)
+
+
+@netns
+def test_counters_need_no_mastership_and_a_second_writer_is_refused(fabric, capsys):
+    """While a controller (the runner's, say) holds the switches, `counters` still reads
+    them, and a second `apply` is refused in one line instead of taking them over."""
+    path = fabric.write(description(fabric.s1, fabric.s2))
+    args = ["--p4info", str(p4info_path()), "--device-config", str(fabric.tmp_path / "dev.json")]
+    holder = fabric.controller()
+    try:
+        holder.apply()
+        fabric.veths.pairs[1].send(frame(40000))
+        fabric.veths.pairs[4].receive(timeout=1.0, count=1)
+        capsys.readouterr()
+        assert cli.main(["counters", path, "--switch", "s2", *args]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        row = {int(line.split()[1]): line.split() for line in lines[1:]}
+        assert row[3][2] == "1"
+        assert cli.main(["apply", path, *args]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "s1" in err[0] and "another controller" in err[0], err
+        # the holder is still primary: its writes go through
+        assert holder.apply()["s1"].pipeline_pushed is False
+        holder.clients["s1"].write([])
+    finally:
+        holder.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import threading
 import time
 
@@ -15,8 +16,9 @@ from hypothesis import strategies as st
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from switch_harness import device_config, free_tcp_port, p4info
 
-from controller.client import SwitchClient, SwitchUnreachable, WriteFailed
+from controller.client import NotPrimary, SwitchClient, SwitchUnreachable, WriteFailed
 from controller.p4info import P4InfoIndex
+from switch_model import surface
 from switch_model.crc16 import crc16
 from switch_model.dataplane import Dataplane
 from switch_model.p4runtime_server import (
@@ -61,9 +63,9 @@ def update(kind, entry):
 
 def route(ip: int, port: int):
     return INDEX.table_entry(
-        "MyIngress.ipv4_lpm",
+        surface.LPM_TABLE,
         {"hdr.ipv4.dstAddr": (ip, 32)},
-        "MyIngress.set_nhop",
+        surface.SET_NHOP,
         {"dmac": 0x020000000001, "port": port},
     )
 
@@ -103,15 +105,15 @@ def test_pipeline_round_trip_and_cookie(server, client):
 
 def test_a_p4info_the_model_does_not_implement_is_refused(server, client):
     changed = p4info()
-    changed.tables[0].preamble.name = "MyIngress.ipv4_routes"
-    (thresholds,) = [a for a in changed.actions if a.preamble.name == "MyIngress.set_thresholds"]
+    changed.tables[0].preamble.name = f"{surface.INGRESS}.ipv4_routes"
+    (thresholds,) = [a for a in changed.actions if a.preamble.name == surface.SET_THRESHOLDS]
     thresholds.params[0].bitwidth = 16
     with pytest.raises(grpc.RpcError) as err:
         client.set_pipeline(changed, device_config(), 8)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "unknown table MyIngress.ipv4_routes" in err.value.details()
-    assert "missing table MyIngress.ipv4_lpm" in err.value.details()
-    assert "action MyIngress.set_thresholds has params" in err.value.details()
+    assert f"unknown table {surface.INGRESS}.ipv4_routes" in err.value.details()
+    assert f"missing table {surface.LPM_TABLE}" in err.value.details()
+    assert f"action {surface.SET_THRESHOLDS} has params" in err.value.details()
     assert client.get_pipeline().cookie.cookie == 7
 
 
@@ -205,7 +207,7 @@ def test_counters_read_modify_and_wildcards(server, client):
     service.dataplane.counters.trims[2] = 5
     service.dataplane.counters.tx_bytes[2] = 4154
     service.dataplane.counters.tx_packets[2] = 1
-    trims = index.counter("MyIngress.port_trims")
+    trims = index.counter(surface.PORT_TRIMS)
     query = p4runtime_pb2.Entity()
     query.counter_entry.counter_id = trims.preamble.id
     entries = client.read([query])
@@ -216,7 +218,7 @@ def test_counters_read_modify_and_wildcards(server, client):
     tx = [
         e
         for e in everything
-        if e.counter_entry.counter_id == index.counter("MyEgress.port_tx").preamble.id
+        if e.counter_entry.counter_id == index.counter(surface.PORT_TX).preamble.id
     ]
     assert (tx[2].counter_entry.data.packet_count, tx[2].counter_entry.data.byte_count) == (1, 4154)
     reset = _Update(type=_Update.MODIFY)
@@ -230,17 +232,15 @@ def test_default_action_can_be_read_and_modified(server, client):
     service, _ = server
     index = P4InfoIndex(p4info())
     query = p4runtime_pb2.Entity()
-    query.table_entry.table_id = index.table_id("MyIngress.ipv4_lpm")
+    query.table_entry.table_id = index.table_id(surface.LPM_TABLE)
     query.table_entry.is_default_action = True
     (default,) = client.read([query])
-    assert (
-        default.table_entry.action.action.action_id == index.actions["MyIngress.drop"].preamble.id
-    )
+    assert default.table_entry.action.action.action_id == index.actions[surface.DROP].preamble.id
     entry = route(0, 2)
     del entry.match[:]
     entry.is_default_action = True
     client.write([update(_Update.MODIFY, entry)])
-    assert service.dataplane.pipeline.forwarding.route(0x01020304)[2] == 2
+    assert service.dataplane.pipeline.forwarding.ipv4_lpm(0x01020304).port == 2
     with pytest.raises(WriteFailed) as err:
         client.write([update(_Update.INSERT, entry)])
     assert err.value.errors[0][1] == "INVALID_ARGUMENT"
@@ -437,7 +437,7 @@ def set_config(client: SwitchClient, device: bytes) -> grpc.StatusCode:
 def test_only_forgive_p4s_bmv2_json_is_taken_as_device_config(server, client):
     other = json.loads(device_config())
     other["pipelines"][0]["tables"] = [
-        t for t in other["pipelines"][0]["tables"] if t["name"] != "MyIngress.ipv4_lpm"
+        t for t in other["pipelines"][0]["tables"] if t["name"] != surface.LPM_TABLE
     ]
     for device in (
         bytes(range(256)) * 4,
@@ -448,7 +448,7 @@ def test_only_forgive_p4s_bmv2_json_is_taken_as_device_config(server, client):
         json.dumps(other).encode(),
     ):
         assert set_config(client, device) == grpc.StatusCode.INVALID_ARGUMENT, device[:40]
-    with pytest.raises(grpc.RpcError, match=r"lacks table MyIngress\.ipv4_lpm"):
+    with pytest.raises(grpc.RpcError, match="lacks table " + re.escape(surface.LPM_TABLE)):
         client.set_pipeline(p4info(), json.dumps(other).encode(), 9)
     assert client.get_pipeline().cookie.cookie == 7
     assert set_config(client, device_config()) == grpc.StatusCode.OK
@@ -471,3 +471,20 @@ def test_any_json_device_config_is_refused_in_one_clean_error(doc):
     with pytest.raises(P4RuntimeError) as err:
         check_device_config(json.dumps(doc).encode(), PIPE)
     assert err.value.code == code_pb2.INVALID_ARGUMENT
+
+
+def test_a_reader_needs_no_mastership_and_a_second_writer_is_refused(server, client):
+    _, address = server
+    client.write([update(_Update.INSERT, route(0x0A000001, 1))])
+    reader = SwitchClient("s1", address, 1, election_id=10)
+    reader.connect(primary=False)
+    try:
+        entities = reader.read([p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())])
+        assert len(entities) == 1
+    finally:
+        reader.close()
+    rival = SwitchClient("s1", address, 1, election_id=10)
+    with pytest.raises(NotPrimary) as err:
+        rival.connect()
+    assert "\n" not in str(err.value) and "another controller" in str(err.value)
+    client.write([update(_Update.INSERT, route(0x0A000002, 1))])  # still the primary

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from topologies.fabric import PRESETS, FabricError, FabricSpec, load, preset, with_scaling
-from topologies.results import write_results
+from topologies.report import write_results
 from topologies.runner import RunConfig, RunError, Workload, run_once
 from topologies.scaling import Scaling, ScalingError
 

@@ -35,10 +35,8 @@ from typing import Any
 from controller.p4info import ConfigError
 from controller.topology import MAX_RATE_BPS
 from controller.topology import parse as parse_description
+from switch_model.surface import PMAX_ONE, Thresholds
 from topologies.scaling import Scaling, ScalingError
-
-PMAX_ONE = 1 << 16
-"""ecn_pmax as the dataplane takes it: a fraction of 65536."""
 
 
 class FabricError(ValueError):
@@ -250,21 +248,21 @@ class Plan:
     hosts: list[Host]
     links: list[Link]
 
-    def thresholds(self) -> dict[str, int]:
+    def thresholds(self) -> Thresholds:
         sw, sc = self.spec.switch, self.spec.scaling
-        return {
-            "data_queue_bytes": sc.queue(sw.data_queue_bytes, "data_queue_bytes"),
-            "ecn_kmin": sc.size(sw.ecn_kmin_bytes),
-            "ecn_kmax": sc.size(sw.ecn_kmax_bytes),
-            "ecn_pmax": round(sw.ecn_pmax * PMAX_ONE),
-        }
+        return Thresholds(
+            data_queue_bytes=sc.queue(sw.data_queue_bytes, "data_queue_bytes"),
+            ecn_kmin=sc.size(sw.ecn_kmin_bytes),
+            ecn_kmax=sc.size(sw.ecn_kmax_bytes),
+            ecn_pmax=round(sw.ecn_pmax * PMAX_ONE),
+        )
 
     def controller_description(self, endpoints: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The controller's fabric JSON, given each switch's target and control endpoints."""
         missing = set(self.switches) - set(endpoints)
         if missing:
             raise FabricError(f"no endpoints for switch(es) {', '.join(sorted(missing))}")
-        data_queue = self.thresholds()["data_queue_bytes"]
+        data_queue = self.thresholds().data_queue_bytes
         return {
             "switches": {name: endpoints[name] for name in self.switches},
             "hosts": {h.name: {"ip": h.ip, "mac": h.mac} for h in self.hosts},
@@ -276,7 +274,7 @@ class Plan:
                 }
                 for link in self.links
             ],
-            "thresholds": self.thresholds(),
+            "thresholds": self.thresholds()._asdict(),
             # Physical queues hold what the program admits with room to spare; the
             # program, not the queue, decides when DATA is trimmed.
             "queues": {"low_queue_bytes": 2 * data_queue, "high_queue_bytes": data_queue},
