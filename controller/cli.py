@@ -3,9 +3,10 @@
     forgive-ctl apply TOPOLOGY.json [--p4info P] [--device-config J]
     forgive-ctl counters TOPOLOGY.json [--switch s1]
 
-Any refusal (bad description, unreadable P4Info, unreachable switch, failed
-write) is one line on stderr and exit status 1; nothing is written to any
-switch unless the description is valid and every switch answered.
+Any refusal is one line on stderr: exit status 2 for bad input (a description,
+P4Info or device config that does not check out, an unknown --switch), 1 for a
+switch that does not answer or refuses a write. Nothing is written to any
+switch unless the input is valid and every switch answered.
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
                 if name not in controller.fabric.switches:
                     raise ConfigError(f"no switch {name} in {args.topology}")
                 print(format_counters(name, controller.counters(name)))
-    except (ConfigError, SwitchUnreachable, WriteFailed, ShapingFailed) as err:
+    except ConfigError as err:
+        print(f"forgive-ctl: {err}", file=sys.stderr)
+        return 2
+    except (SwitchUnreachable, WriteFailed, ShapingFailed) as err:
         print(f"forgive-ctl: {err}", file=sys.stderr)
         return 1
     except grpc.RpcError as err:

@@ -24,6 +24,8 @@ def load_p4info(path: str | Path) -> p4info_pb2.P4Info:
         text = Path(path).read_text()
     except OSError as err:
         raise ConfigError(f"cannot read P4Info {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"P4Info {path} is not a text P4Info: {err}") from None
     try:
         return text_format.Parse(text, p4info_pb2.P4Info())
     except text_format.ParseError as err:
