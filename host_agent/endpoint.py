@@ -430,6 +430,9 @@ class Endpoint:
                 ce_marks=state["ce_marks"],
                 cnps_sent=state["cnps_sent"],
                 exemption_eligible=state["exemption_eligible"],
+                forgiven_ranges=(
+                    tuple(self.rx.forgiven_ranges(flow_id)) if state["forgiven_bytes"] else ()
+                ),
                 payload=self.rx.payload(flow_id) if flow.deliver else None,
             )
             flow.completed = True

@@ -249,5 +249,6 @@ def test_a_rank_whose_peer_never_answers_fails_with_a_reason():
     assert rank.failed and rank.failure is not None
     assert rank.failure.startswith(f"flow {flow_id(0, Kind.BARRIER, 0, 1)} to 10.0.0.2 failed: ")
     assert "\n" not in rank.failure and sim.now < 1.0
-    (record,) = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert record["type"] == "train_failed" and record["reason"] == rank.failure
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["type"] for r in records] == ["loss_layout", "train_failed"]
+    assert records[1]["reason"] == rank.failure

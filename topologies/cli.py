@@ -2,6 +2,7 @@
 
     forgive run      one policy and seed; prints its table, writes a results folder
     forgive compare  several policies times several seeds on the same fabric and workload
+    forgive impact   what a results folder's recorded loss does to a real model (impact.cli)
 
 Every option is checked before anything starts; a bad one is one line on stderr
 and exit status 2. Results (JSON, table, PNG plots, every host's records and
@@ -16,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from impact import cli as impact_cli
 from topologies.fabric import PRESETS, FabricError, FabricSpec, load, preset, with_scaling
 from topologies.report import write_results
 from topologies.runner import RunConfig, RunError, Workload, run_once
@@ -156,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     _common(cmp_p)
     cmp_p.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     cmp_p.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))
+    impact_cli.register(sub)
     args = parser.parse_args(argv)
+    if args.command == "impact":
+        return impact_cli.main(args)
     try:
         if args.command == "run":
             policies, seeds = [args.policy], [args.seed]
