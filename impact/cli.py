@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     from impact.experiment import ImpactError, choose_runs, run
     from impact.report import write
-    from topologies.results import read_runs
+    from topologies.report import read_runs
 
     try:
         seeds = tuple(int(s) for s in args.seeds.split(",") if s)

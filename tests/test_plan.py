@@ -18,7 +18,7 @@ from workload.plan import (
     ring_chunk,
     synthetic_norms,
 )
-from workload.train import classify, make_detector
+from workload.rank import classify, make_detector
 
 
 def config(n, rank=0, **kw):

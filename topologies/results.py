@@ -1,18 +1,17 @@
-"""What a run measured, in the note's terms: one record per run, a side-by-side table, plots.
+"""What a run measured, in the note's terms: one record per run and a side-by-side table.
 
 The runner fills `RunResult` from the agents' JSON lines and the switches'
-counters; everything here works on those records alone, so a table or a plot
-can be rebuilt from a results folder without rerunning anything.
+counters; everything here works on those records alone, so a table (or, in
+`topologies.plots`, a plot) can be rebuilt from a results folder without
+rerunning anything. `topologies.report` writes and reads that folder.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 BASELINE = "tight"
@@ -181,26 +180,3 @@ def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None
             + [range_cell(row.get(key, []), fmt) for key, _, fmt in COLUMNS]
         )
     return render_table(rows)
-
-
-# -- files --------------------------------------------------------------------------
-
-
-def write_results(
-    folder: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None
-) -> str:
-    """Write runs.json, summary.json, table.txt and the plots; return the table."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "runs.json").write_text(json.dumps([r.to_json() for r in runs], indent=1))
-    summary = compare(runs)
-    (folder / "summary.json").write_text(json.dumps(summary, indent=1))
-    table = format_table(summary, order)
-    (folder / "table.txt").write_text(table + "\n")
-    from topologies.plots import plot_all  # matplotlib only when files are written
-
-    plot_all(folder, runs, order)
-    return table
-
-
-def read_runs(folder: Path) -> list[RunResult]:
-    return [RunResult.from_json(d) for d in json.loads((folder / "runs.json").read_text())]

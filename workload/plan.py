@@ -7,9 +7,11 @@ that is how a receiver registers a flow before its first byte arrives.
 
 from __future__ import annotations
 
+import json
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
 from enum import IntEnum
+from typing import Any
 
 from host_agent.frames import ip_bytes
 
@@ -46,7 +48,7 @@ class TrainingConfig:
     steps: int = 20
     grad_bytes: int = 4 << 20
     """Gradient bytes per rank all-reduced on each step (split in len(ranks) ring chunks)."""
-    compute_s: float = 0.005
+    compute_s: float = field(default=0.005, metadata={"flag": "--compute-ms", "scale": 1e-3})
     """Length of each step's compute phase, which carries the TP and PP traffic."""
     tp_bytes: int = 256 << 10
     """Bytes each rank exchanges with its tensor-parallel partner (rank ^ 1) per step; 0: none."""
@@ -60,6 +62,43 @@ class TrainingConfig:
     burst_src: int = 0
     burst_dst: int = 1
     seed: int = 0
+
+    def to_json(self) -> str:
+        """The configuration as one JSON object: how the runner hands it to `forgive-train`."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainingConfig:
+        """Build and validate a configuration; ValueError names an unknown or bad field."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown training setting(s) {', '.join(unknown)}")
+        missing = sorted(k for k in ("ranks", "rank") if k not in values)
+        if missing:
+            raise ValueError(f"training settings lack {', '.join(missing)}")
+        ranks = values["ranks"]
+        if isinstance(ranks, str):
+            ranks = ranks.split(",")
+        if not isinstance(ranks, list | tuple) or not all(isinstance(r, str) for r in ranks):
+            raise ValueError("ranks must be a list of IPv4 addresses")
+        for f in fields(cls):
+            value = values.get(f.name)
+            if f.name != "ranks" and value is not None and not _fits(value, f.type):
+                raise ValueError(f"training setting {f.name} = {value!r} is not {f.type}")
+        cfg = cls(**{**values, "ranks": tuple(ranks)})
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainingConfig:
+        try:
+            values = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"training configuration is not JSON: {exc}") from None
+        if not isinstance(values, dict):
+            raise ValueError("training configuration must be a JSON object")
+        return cls.from_dict(values)
 
     def validate(self) -> None:
         n = len(self.ranks)
@@ -86,6 +125,17 @@ class TrainingConfig:
                 raise ValueError("burst needs positive bytes and valid source/destination ranks")
             if self.burst_src == self.burst_dst:
                 raise ValueError("burst source and destination must differ")
+
+
+def _fits(value: Any, type_name: str) -> bool:
+    """Whether a JSON value suits a field annotated `type_name` (int, float, str, or None)."""
+    if isinstance(value, bool):
+        return False
+    if "float" in type_name:
+        return isinstance(value, int | float)
+    if "int" in type_name:
+        return isinstance(value, int)
+    return isinstance(value, str)
 
 
 def flow_id(step: int, kind: Kind, src: int, index: int) -> int:
