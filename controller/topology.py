@@ -17,7 +17,10 @@ A description is JSON:
 Every switch port on a link gets the thresholds (with its own overrides from
 "ports") and the queue sizes; links with a rate shape both switch ends. Each
 switch routes every host's /32 along shortest paths, spreading over all
-equal-cost next hops with an ECMP group.
+equal-cost next hops with an ECMP group. A Tofino switch ("target": "tofino" or
+"tofino2") also names, in "deflect_ports", a device port per pipe it uses
+(docs/tofino.md); a description holds one kind of Tofino or BMv2 and model
+switches, not both.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ DEFAULT_THRESHOLDS = {
     "ecn_kmax": 3_200_000,
     "ecn_pmax": 1 << 16,
 }
-TARGETS = ("model", "bmv2")
+TOFINO_TARGETS = ("tofino", "tofino2")
+"""Switches running p4src/tna/forgive.p4 under bf_switchd (controller/tofino.py)."""
+TARGETS = ("model", "bmv2", *TOFINO_TARGETS)
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
 
@@ -51,6 +56,8 @@ class SwitchSpec:
     device_id: int
     control: str | None = None
     thrift_port: int | None = None
+    deflect_ports: tuple[int, ...] = ()
+    """Tofino: per pipe in use, the device port the TM deflects what it cannot queue to."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,26 @@ def _int(value, what: str, minimum: int = 0) -> int:
     return value
 
 
+def tofino_pipe(port: int) -> int:
+    """The pipe a Tofino device port belongs to (bits 8:7, DEVPORT_PIPE in the TNA includes)."""
+    return port >> 7
+
+
+def _deflect_ports(name: str, spec: dict) -> tuple[int, ...]:
+    ports = spec.get("deflect_ports")
+    if not isinstance(ports, list) or not ports:
+        raise ConfigError(
+            f"switch {name}: a Tofino switch needs deflect_ports, one device port per pipe"
+        )
+    result = tuple(_int(p, f"switch {name} deflect port") for p in ports)
+    if any(p > 511 for p in result):
+        raise ConfigError(f"switch {name}: deflect ports exceed 511")
+    pipes = [tofino_pipe(p) for p in result]
+    if len(set(pipes)) != len(pipes):
+        raise ConfigError(f"switch {name}: two deflect ports in one pipe")
+    return result
+
+
 def _endpoint(text, switches, hosts) -> tuple[str, int | None]:
     if not isinstance(text, str):
         raise ConfigError(f"link end {text!r} is not a string")
@@ -157,6 +184,7 @@ def parse(description: dict) -> Fabric:
             raise ConfigError(f"switch {name}: a model switch needs its control socket path")
         if target == "bmv2" and "thrift_port" not in spec:
             raise ConfigError(f"switch {name}: a bmv2 switch needs its thrift_port")
+        deflect_ports = _deflect_ports(name, spec) if target in TOFINO_TARGETS else ()
         if spec["grpc"] in devices:
             raise ConfigError(f"switches {devices[spec['grpc']]} and {name} share {spec['grpc']}")
         devices[spec["grpc"]] = name
@@ -169,9 +197,13 @@ def parse(description: dict) -> Fabric:
             _int(spec["thrift_port"], f"switch {name} thrift_port", 1)
             if target == "bmv2"
             else None,
+            deflect_ports,
         )
     if not switches:
         raise ConfigError("topology has no switches")
+    kinds = {s.target for s in switches.values()}
+    if kinds & set(TOFINO_TARGETS) and len(kinds) > 1:
+        raise ConfigError(f"topology mixes switch targets {sorted(kinds)}: one Tofino kind alone")
     hosts = {}
     for name, spec in description.get("hosts", {}).items():
         if name in switches:
@@ -203,6 +235,13 @@ def parse(description: dict) -> Fabric:
                 fabric.peer_port[node, port] = peer_port
             if "rate_bps" in link:
                 rates[node, port] = _int(link["rate_bps"], f"link {link} rate_bps", 1)
+    for name, switch in switches.items():
+        for port in fabric.neighbors[name] if switch.target in TOFINO_TARGETS else ():
+            if tofino_pipe(port) not in {tofino_pipe(p) for p in switch.deflect_ports}:
+                raise ConfigError(
+                    f"switch {name}: port {port} is in pipe {tofino_pipe(port)}, "
+                    "which has no deflect port"
+                )
     overrides = description.get("ports", {})
     for key in overrides:
         name, port = _endpoint(key, switches, {})

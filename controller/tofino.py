@@ -1,0 +1,480 @@
+"""The controller's Tofino target: p4src/tna/forgive.p4 on bf_switchd, from the same
+fabric description as BMv2 and the model.
+
+Over P4Runtime (bf_switchd's PI-based server) it installs, idempotently like
+FabricController:
+
+- routes in MyIngress.ipv4_lpm; each ECMP group as a group of next-hop members
+  of the MyIngress.ecmp_profile selector, referenced from MyIngress.ecmp_nhop;
+- per managed port a clone session that carries trimmed headers back to the
+  port, cut to TRIMMED_FRAME_LEN, and its MyIngress.trim_sessions entry;
+- per managed port the RED ramp as depth bands in MyEgress.ecn_marking, in
+  TM cells.
+
+What P4Runtime cannot set (queue priority, the data queue's buffer, port
+shaping, the deflection port) `tm_config` returns as BF-RT operations on the
+fixed-function TM tables, for the operator to apply (docs/tofino.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from p4.v1 import p4runtime_pb2
+
+from controller.client import SwitchClient
+from controller.fabric_control import ECMP_TABLE, LPM_TABLE, ApplyReport, FabricController
+from controller.p4info import ConfigError, entry_action, entry_key
+from controller.shaping import REFERENCE_FRAME_BYTES
+from controller.tofino_pipeline import CHIPS, Chip
+from controller.topology import Fabric, NextHop, PortSpec, tofino_pipe
+from host_agent.wire import TRIMMED_FRAME_LEN
+
+ECMP_PROFILE = "MyIngress.ecmp_profile"
+TRIM_TABLE = "MyIngress.trim_sessions"
+ECN_TABLE = "MyEgress.ecn_marking"
+TX_COUNTER = "MyEgress.port_tx"
+PACKET_COUNTERS = {
+    "MyEgress.port_ce_marks": "ce_marks",
+    "MyEgress.port_trims": "trims",
+    "MyEgress.port_drops": "drops",
+    "MyIngress.port_drops": "drops",
+}
+"""Drops are counted where they happen: malformed in ingress, no room in egress."""
+
+QID_HIGH, QID_LOW = 0, 1
+"""The program's queues (QID_HIGH, QID_LOW in p4src/tna/forgive.p4)."""
+TRIM_MIRROR_BYTES = 1
+"""The mirror header forgive.p4 puts in front of a trimmed copy; a session's
+truncation length counts it."""
+ECN_BANDS = 8
+"""Steps of the RED ramp per port: each band's probability is the ramp's at the
+band's middle, so no depth is off by more than pmax/16."""
+QUEUE_DEPTH_BITS = 19
+"""enq_qdepth in the egress intrinsic metadata."""
+DEFLECT_QUEUE = QID_HIGH
+"""The queue of the deflect port that deflected packets wait in."""
+
+_Update = p4runtime_pb2.Update
+_Entity = p4runtime_pb2.Entity
+
+
+def cells(nbytes: int, chip: Chip) -> int:
+    """A byte figure in TM cells, rounded up: a queue of N cells holds N * cell bytes."""
+    return math.ceil(nbytes / chip.cell_bytes)
+
+
+@dataclass(frozen=True)
+class EcnBand:
+    """Depths low..high (cells, inclusive) mark with probability threshold/65536,
+    or always when threshold is None."""
+
+    low: int
+    high: int
+    threshold: int | None
+
+
+def ecn_bands(thresholds: tuple[int, int, int, int], chip: Chip) -> list[EcnBand]:
+    """docs/dataplane.md's marking rule in cells: certain from ecn_kmax, a ramp of
+    ECN_BANDS steps up to pmax from ecn_kmin. Bands that would never mark are left out."""
+    _, kmin_bytes, kmax_bytes, pmax = thresholds
+    kmin, kmax = cells(kmin_bytes, chip), cells(kmax_bytes, chip)
+    top = (1 << QUEUE_DEPTH_BITS) - 1
+    bands = [EcnBand(min(kmax, top), top, None)]
+    span = kmax - kmin
+    steps = min(ECN_BANDS, span)
+    for i in range(steps):
+        low, high = kmin + span * i // steps, kmin + span * (i + 1) // steps - 1
+        threshold = min(0xFFFF, pmax * (low + high - 2 * kmin) // (2 * span))
+        if threshold > 0:
+            bands.append(EcnBand(low, high, threshold))
+    return bands
+
+
+@dataclass
+class SwitchEntities:
+    """What one switch should hold, by kind, each keyed by its P4Runtime identity."""
+
+    members: dict = field(default_factory=dict)
+    groups: dict = field(default_factory=dict)
+    sessions: dict = field(default_factory=dict)
+    tables: dict = field(default_factory=dict)
+    routes: dict = field(default_factory=dict)
+
+    def phases(self) -> list[dict]:
+        """Insertion order: a member before the groups holding it, a group or session
+        before the entries referring to it, next hops before the routes to them."""
+        return [self.members, self.groups, self.sessions, self.tables, self.routes]
+
+
+def _action_identity(action: p4runtime_pb2.TableAction) -> tuple:
+    kind = action.WhichOneof("type")
+    if kind == "action_profile_group_id":
+        return ("group", action.action_profile_group_id)
+    if kind == "action_profile_member_id":
+        return ("member", action.action_profile_member_id)
+    return entry_action(p4runtime_pb2.TableEntry(action=action))
+
+
+def identity(entity: p4runtime_pb2.Entity) -> tuple:
+    """(key, content): what names an entity and what a MODIFY would change, both
+    independent of how the switch pads byte strings."""
+    kind = entity.WhichOneof("entity")
+    if kind == "table_entry":
+        entry = entity.table_entry
+        return entry_key(entry), _action_identity(entry.action)
+    if kind == "action_profile_member":
+        member = entity.action_profile_member
+        holder = p4runtime_pb2.TableEntry(action=p4runtime_pb2.TableAction(action=member.action))
+        content = entry_action(holder)
+        return ("member", member.action_profile_id, member.member_id), content
+    if kind == "action_profile_group":
+        group = entity.action_profile_group
+        members = sorted((m.member_id, m.weight or 1) for m in group.members)
+        return ("group", group.action_profile_id, group.group_id), tuple(members)
+    session = entity.packet_replication_engine_entry.clone_session_entry
+    replicas = sorted((r.egress_port, r.instance) for r in session.replicas)
+    return ("session", session.session_id), (tuple(replicas), session.packet_length_bytes)
+
+
+def _keyed(entities: Iterable[p4runtime_pb2.Entity]) -> dict:
+    return {identity(e)[0]: e for e in entities}
+
+
+def _key_only(entity: p4runtime_pb2.Entity) -> p4runtime_pb2.Entity:
+    """The entity as a DELETE names it."""
+    out = _Entity()
+    out.CopyFrom(entity)
+    kind = out.WhichOneof("entity")
+    if kind == "table_entry":
+        out.table_entry.ClearField("action")
+    elif kind == "action_profile_member":
+        out.action_profile_member.ClearField("action")
+    elif kind == "action_profile_group":
+        out.action_profile_group.ClearField("members")
+    else:
+        out.packet_replication_engine_entry.clone_session_entry.ClearField("replicas")
+    return out
+
+
+def plan(wanted: SwitchEntities, installed: SwitchEntities) -> tuple[list[list], dict[str, int]]:
+    """Batches of updates, to be written one after another, taking `installed` to
+    `wanted`: inserts and modifies in dependency order, then deletes in reverse."""
+    batches: list[list] = []
+    counts = {"inserted": 0, "modified": 0, "deleted": 0}
+    for want, have in zip(wanted.phases(), installed.phases(), strict=True):
+        batch = []
+        for key, entity in want.items():
+            if key not in have:
+                kind, counts["inserted"] = _Update.INSERT, counts["inserted"] + 1
+            elif identity(have[key])[1] != identity(entity)[1]:
+                kind, counts["modified"] = _Update.MODIFY, counts["modified"] + 1
+            else:
+                continue
+            batch.append(_Update(type=kind, entity=entity))
+        batches.append(batch)
+    for want, have in reversed(list(zip(wanted.phases(), installed.phases(), strict=True))):
+        stale = [
+            _Update(type=_Update.DELETE, entity=_key_only(e))
+            for k, e in have.items()
+            if k not in want
+        ]
+        counts["deleted"] += len(stale)
+        batches.append(stale)
+    return [b for b in batches if b], counts
+
+
+class TofinoFabricController(FabricController):
+    """FabricController for a fabric of Tofino switches of one generation.
+
+    `p4info_path` and `device_config_path` are one target's P4Info and device
+    config (controller.tofino_pipeline: `make p4-tna` builds them)."""
+
+    def __init__(self, fabric: Fabric, p4info_path, device_config_path):
+        targets = {spec.target for spec in fabric.switches.values()}
+        if len(targets) != 1 or not targets <= set(CHIPS):
+            raise ConfigError(f"a Tofino controller drives one Tofino kind, got {sorted(targets)}")
+        self.chip = CHIPS[targets.pop()]
+        super().__init__(fabric, p4info_path, device_config_path)
+
+    def connect(self) -> None:
+        """Reach every switch; the TM is set apart (tm_config), so there is no shaping
+        channel to check."""
+        for client in self.clients.values():
+            client.connect()
+
+    def _ports(self, switch: str) -> dict[int, PortSpec]:
+        return {p: spec for (name, p), spec in sorted(self.fabric.ports.items()) if name == switch}
+
+    def _profile(self):
+        for profile in self.p4info.action_profiles:
+            if profile.preamble.name == ECMP_PROFILE:
+                return profile
+        raise ConfigError(f"P4Info has no action profile {ECMP_PROFILE}")
+
+    def trim_sessions(self, switch: str) -> dict[int, int]:
+        """Port -> the clone session carrying its trimmed headers: 1, 2, ... by port."""
+        ports = sorted(self._ports(switch))
+        action = self.index.actions.get("MyIngress.set_trim_session")
+        if action is None:
+            raise ConfigError("P4Info has no action MyIngress.set_trim_session")
+        width = action.params[0].bitwidth
+        if len(ports) >= 1 << width:
+            raise ConfigError(
+                f"switch {switch}: {len(ports)} managed ports, but mirror session ids have "
+                f"{width} bits"
+            )
+        return {port: i + 1 for i, port in enumerate(ports)}
+
+    def entries(self, switch: str) -> SwitchEntities:
+        index = self.index
+        wanted = SwitchEntities()
+
+        def put(into: dict, entity: p4runtime_pb2.Entity) -> None:
+            into[identity(entity)[0]] = entity
+
+        for port, session in self.trim_sessions(switch).items():
+            clone = p4runtime_pb2.CloneSessionEntry(
+                session_id=session,
+                replicas=[p4runtime_pb2.Replica(egress_port=port, instance=0)],
+                packet_length_bytes=TRIM_MIRROR_BYTES + TRIMMED_FRAME_LEN,
+            )
+            pre = p4runtime_pb2.PacketReplicationEngineEntry(clone_session_entry=clone)
+            put(wanted.sessions, _Entity(packet_replication_engine_entry=pre))
+            entry = index.table_entry(
+                TRIM_TABLE,
+                {"ig_tm_md.ucast_egress_port": port},
+                "MyIngress.set_trim_session",
+                {"session": session},
+            )
+            put(wanted.tables, _Entity(table_entry=entry))
+        for port, spec in self._ports(switch).items():
+            for band in ecn_bands(spec.thresholds, self.chip):
+                action, params = (
+                    ("MyEgress.mark_ce", {})
+                    if band.threshold is None
+                    else ("MyEgress.draw_mark", {"threshold": band.threshold})
+                )
+                entry = index.table_entry(
+                    ECN_TABLE,
+                    {
+                        "eg_intr_md.egress_port": port,
+                        "eg_intr_md.enq_qdepth": (band.low, band.high),
+                    },
+                    action,
+                    params,
+                    priority=1,
+                )
+                put(wanted.tables, _Entity(table_entry=entry))
+
+        profile = self._profile()
+        members: dict[NextHop, int] = {}
+        groups: dict[tuple[NextHop, ...], int] = {}
+        for ip, hops in sorted(self.fabric.routes(switch).items()):
+            if not hops:
+                continue
+            key = {"hdr.ipv4.dstAddr": (ip, 32)}
+            if len(hops) == 1:
+                hop = hops[0]
+                route = index.table_entry(
+                    LPM_TABLE, key, "MyIngress.set_nhop", {"dmac": hop.dmac, "port": hop.port}
+                )
+                put(wanted.routes, _Entity(table_entry=route))
+                continue
+            if len(hops) > profile.max_group_size > 0:
+                raise ConfigError(
+                    f"switch {switch}: {len(hops)} equal-cost next hops exceed the selector's "
+                    f"{profile.max_group_size}"
+                )
+            group_id = groups.get(tuple(hops))
+            if group_id is None:
+                group_id = groups[tuple(hops)] = len(groups) + 1
+                group = p4runtime_pb2.ActionProfileGroup(
+                    action_profile_id=profile.preamble.id,
+                    group_id=group_id,
+                    max_size=profile.max_group_size,
+                )
+                for hop in hops:
+                    if hop not in members:
+                        members[hop] = len(members) + 1
+                        member = p4runtime_pb2.ActionProfileMember(
+                            action_profile_id=profile.preamble.id,
+                            member_id=members[hop],
+                            action=index.action(
+                                "MyIngress.set_nhop", {"dmac": hop.dmac, "port": hop.port}
+                            ),
+                        )
+                        put(wanted.members, _Entity(action_profile_member=member))
+                    group.members.add(member_id=members[hop], weight=1)
+                put(wanted.groups, _Entity(action_profile_group=group))
+                nhop = index.table_entry(ECMP_TABLE, {"meta.ecmp_group_id": group_id}, None, {})
+                nhop.action.action_profile_group_id = group_id
+                put(wanted.tables, _Entity(table_entry=nhop))
+            route = index.table_entry(
+                LPM_TABLE, key, "MyIngress.set_ecmp_group", {"group_id": group_id}
+            )
+            put(wanted.routes, _Entity(table_entry=route))
+        return wanted
+
+    def _installed(self, client: SwitchClient) -> SwitchEntities:
+        profile_id = self._profile().preamble.id
+        tables = [self.index.table_id(t) for t in (TRIM_TABLE, ECN_TABLE, ECMP_TABLE)]
+        clone_query = p4runtime_pb2.PacketReplicationEngineEntry(
+            clone_session_entry=p4runtime_pb2.CloneSessionEntry()
+        )
+
+        def read(*queries: p4runtime_pb2.Entity) -> dict:
+            return _keyed(client.read(list(queries)))
+
+        return SwitchEntities(
+            members=read(
+                _Entity(
+                    action_profile_member=p4runtime_pb2.ActionProfileMember(
+                        action_profile_id=profile_id
+                    )
+                )
+            ),
+            groups=read(
+                _Entity(
+                    action_profile_group=p4runtime_pb2.ActionProfileGroup(
+                        action_profile_id=profile_id
+                    )
+                )
+            ),
+            sessions=read(_Entity(packet_replication_engine_entry=clone_query)),
+            tables=read(
+                *(_Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t)) for t in tables)
+            ),
+            routes=read(
+                _Entity(
+                    table_entry=p4runtime_pb2.TableEntry(table_id=self.index.table_id(LPM_TABLE))
+                )
+            ),
+        )
+
+    def apply_switch(self, switch: str) -> ApplyReport:
+        client = self.clients[switch]
+        pushed = self._sync_pipeline(client)
+        batches, counts = plan(self.wanted[switch], self._installed(client))
+        for batch in batches:
+            client.write(batch)
+        return ApplyReport(pushed, **counts)
+
+    def counters(self, switch: str) -> dict[int, dict[str, int]]:
+        """Per port of `switch`, as FabricController.counters: drops add both counters."""
+        client = self.clients[switch]
+        names = [TX_COUNTER, *PACKET_COUNTERS]
+        query = [
+            _Entity(
+                counter_entry=p4runtime_pb2.CounterEntry(
+                    counter_id=self.index.counter(name).preamble.id
+                )
+            )
+            for name in names
+        ]
+        rows = {
+            port: dict.fromkeys(("tx_packets", "tx_bytes", "ce_marks", "trims", "drops"), 0)
+            for port in self._ports(switch)
+        }
+        for entity in client.read(query):
+            entry = entity.counter_entry
+            row = rows.get(entry.index.index)
+            if row is None:
+                continue
+            name = self.index.counter_names[entry.counter_id]
+            if name == TX_COUNTER:
+                row["tx_packets"] = entry.data.packet_count
+                row["tx_bytes"] = entry.data.byte_count
+            else:
+                row[PACKET_COUNTERS[name]] += entry.data.packet_count
+        return rows
+
+    def tm_config(self, switch: str) -> dict:
+        """The BF-RT operations that give `switch` its queues: JSON-ready data."""
+        return tm_config(self.fabric, switch, self.chip)
+
+
+def _op(chip: Chip, table: str, key: dict, data: dict, action: str | None = None) -> dict:
+    op = {"table": f"{chip.bfrt_prefix}.tm.{table}", "key": key, "data": data}
+    if action is not None:
+        op["action"] = action
+    return op
+
+
+def tm_config(fabric: Fabric, switch: str, chip: Chip) -> dict:
+    """BF-RT `mod` operations on the fixed-function TM tables for one switch.
+
+    Queue tables (tm.queue.*) are keyed in BF-RT by port group and port-group
+    queue; the operations name (dev_port, qid) instead, which tm.port.cfg maps:
+    pg_id = its pg_id, pg_queue = its egress_qid_queues[qid]."""
+    spec = fabric.switches[switch]
+    ops = []
+    for port in sorted(spec.deflect_ports):
+        ops.append(
+            _op(
+                chip,
+                "pipe.cfg",
+                {"pipe": tofino_pipe(port)},
+                {"mirror_drop_dev_port": port, "mirror_drop_queue_nr": DEFLECT_QUEUE},
+            )
+        )
+    for (name, port), port_spec in sorted(fabric.ports.items()):
+        if name != switch:
+            continue
+        queue = {"dev_port": port}
+        ops.append(
+            _op(chip, "queue.sched_cfg", {**queue, "qid": QID_HIGH}, {"max_priority": "HIGH"})
+        )
+        ops.append(_op(chip, "queue.sched_cfg", {**queue, "qid": QID_LOW}, {"max_priority": "LOW"}))
+        data_cells = cells(port_spec.thresholds[0], chip)
+        ops.append(
+            _op(
+                chip,
+                "queue.buffer",
+                {**queue, "qid": QID_LOW},
+                {"guaranteed_cells": data_cells, "tail_drop_enable": True},
+                action="buffer_only",
+            )
+        )
+        if port_spec.high_queue_bytes is not None:
+            high_cells = cells(port_spec.high_queue_bytes, chip)
+            ops.append(
+                _op(
+                    chip,
+                    "queue.buffer",
+                    {**queue, "qid": QID_HIGH},
+                    {"guaranteed_cells": high_cells, "tail_drop_enable": True},
+                    action="buffer_only",
+                )
+            )
+        if port_spec.rate_bps is not None:
+            ops.append(
+                _op(
+                    chip,
+                    "port.sched_shaping",
+                    queue,
+                    {
+                        "unit": "BPS",
+                        "provisioning": "UPPER",
+                        "max_rate": max(1, port_spec.rate_bps // 1000),
+                        "max_burst_size": 2 * REFERENCE_FRAME_BYTES,
+                    },
+                )
+            )
+            ops.append(_op(chip, "port.sched_cfg", queue, {"max_rate_enable": True}))
+    return {
+        "switch": switch,
+        "chip": chip.name,
+        "cell_bytes": chip.cell_bytes,
+        "queue_key": f"(pg_id, pg_queue) = {chip.bfrt_prefix}.tm.port.cfg[dev_port]: "
+        "(pg_id, egress_qid_queues[qid])",
+        "operations": ops,
+    }
+
+
+def controller_for(fabric: Fabric) -> Callable[..., FabricController]:
+    """The controller class a fabric's switches need."""
+    kinds = {spec.target for spec in fabric.switches.values()}
+    return TofinoFabricController if kinds <= set(CHIPS) else FabricController
