@@ -46,9 +46,9 @@ PACKET_COUNTERS = {
 
 QID_HIGH, QID_LOW = 0, 1
 """The program's queues (QID_HIGH, QID_LOW in p4src/tna/forgive.p4)."""
-TRIM_MIRROR_BYTES = 1
-"""The mirror header forgive.p4 puts in front of a trimmed copy; a session's
-truncation length counts it."""
+TRIM_MIRROR_BYTES = 6
+"""The mirror header forgive.p4 puts in front of a trimmed copy (PREPENDED_BYTES);
+a session's truncation length counts it."""
 ECN_BANDS = 8
 """Steps of the RED ramp per port: each band's probability is the ramp's at the
 band's middle, so no depth is off by more than pmax/16."""
@@ -396,82 +396,68 @@ class TofinoFabricController(FabricController):
         return tm_config(self.fabric, switch, self.chip)
 
 
-def _op(chip: Chip, table: str, key: dict, data: dict, action: str | None = None) -> dict:
-    op = {"table": f"{chip.bfrt_prefix}.tm.{table}", "key": key, "data": data}
-    if action is not None:
-        op["action"] = action
-    return op
+def _op(chip: Chip, table: str, pipe: int, data: dict, **where) -> dict:
+    return {"table": f"{chip.bfrt_prefix}.tm.{table}", "pipe": pipe, **where, "data": data}
 
 
 def tm_config(fabric: Fabric, switch: str, chip: Chip) -> dict:
-    """BF-RT `mod` operations on the fixed-function TM tables for one switch.
+    """BF-RT settings of the fixed-function TM tables for one switch, as data.
 
-    Queue tables (tm.queue.*) are keyed in BF-RT by port group and port-group
-    queue; the operations name (dev_port, qid) instead, which tm.port.cfg maps:
-    pg_id = its pg_id, pg_queue = its egress_qid_queues[qid]."""
+    Each operation names its table and the pipe (the dev_tgt pipe_id) and then
+    either "key" (tableEntryMod of that entry), "queue" (the same for a queue,
+    named by dev_port and qid: BF-RT keys queues by port group, and
+    tm.port.cfg[dev_port] gives pg_id and, at egress_qid_queues[qid], pg_queue)
+    or neither (tableDefaultEntrySet, for per-pipe tables); "action" where the
+    table has actions. controller.bfrt_tm applies them."""
     spec = fabric.switches[switch]
-    ops = []
-    for port in sorted(spec.deflect_ports):
-        ops.append(
-            _op(
-                chip,
-                "pipe.cfg",
-                {"pipe": tofino_pipe(port)},
-                {"mirror_drop_dev_port": port, "mirror_drop_queue_nr": DEFLECT_QUEUE},
-            )
+    ops = [
+        _op(
+            chip,
+            "pipe.cfg",
+            tofino_pipe(port),
+            {"mirror_drop_dev_port": port, "mirror_drop_queue_nr": DEFLECT_QUEUE},
         )
+        for port in sorted(spec.deflect_ports)
+    ]
     for (name, port), port_spec in sorted(fabric.ports.items()):
         if name != switch:
             continue
-        queue = {"dev_port": port}
+        pipe = tofino_pipe(port)
+
+        def queue(qid: int, port: int = port) -> dict:
+            return {"dev_port": port, "qid": qid}
+
         ops.append(
-            _op(chip, "queue.sched_cfg", {**queue, "qid": QID_HIGH}, {"max_priority": "HIGH"})
+            _op(chip, "queue.sched_cfg", pipe, {"max_priority": "HIGH"}, queue=queue(QID_HIGH))
         )
-        ops.append(_op(chip, "queue.sched_cfg", {**queue, "qid": QID_LOW}, {"max_priority": "LOW"}))
-        data_cells = cells(port_spec.thresholds[0], chip)
         ops.append(
-            _op(
-                chip,
-                "queue.buffer",
-                {**queue, "qid": QID_LOW},
-                {"guaranteed_cells": data_cells, "tail_drop_enable": True},
-                action="buffer_only",
-            )
+            _op(chip, "queue.sched_cfg", pipe, {"max_priority": "LOW"}, queue=queue(QID_LOW))
         )
-        if port_spec.high_queue_bytes is not None:
-            high_cells = cells(port_spec.high_queue_bytes, chip)
-            ops.append(
-                _op(
-                    chip,
-                    "queue.buffer",
-                    {**queue, "qid": QID_HIGH},
-                    {"guaranteed_cells": high_cells, "tail_drop_enable": True},
-                    action="buffer_only",
+        buffers = [(QID_LOW, port_spec.thresholds[0]), (QID_HIGH, port_spec.high_queue_bytes)]
+        for qid, nbytes in buffers:
+            if nbytes is not None:
+                ops.append(
+                    _op(
+                        chip,
+                        "queue.buffer",
+                        pipe,
+                        {"guaranteed_cells": cells(nbytes, chip), "tail_drop_enable": True},
+                        queue=queue(qid),
+                        action="buffer_only",
+                    )
                 )
-            )
         if port_spec.rate_bps is not None:
+            shaping = {
+                "unit": "BPS",
+                "provisioning": "UPPER",
+                "max_rate": max(1, port_spec.rate_bps // 1000),
+                "max_burst_size": 2 * REFERENCE_FRAME_BYTES,
+            }
+            ops.append(_op(chip, "port.sched_shaping", pipe, shaping, key={"dev_port": port}))
             ops.append(
-                _op(
-                    chip,
-                    "port.sched_shaping",
-                    queue,
-                    {
-                        "unit": "BPS",
-                        "provisioning": "UPPER",
-                        "max_rate": max(1, port_spec.rate_bps // 1000),
-                        "max_burst_size": 2 * REFERENCE_FRAME_BYTES,
-                    },
-                )
+                _op(chip, "port.sched_cfg", pipe, {"max_rate_enable": True}, key={"dev_port": port})
             )
-            ops.append(_op(chip, "port.sched_cfg", queue, {"max_rate_enable": True}))
-    return {
-        "switch": switch,
-        "chip": chip.name,
-        "cell_bytes": chip.cell_bytes,
-        "queue_key": f"(pg_id, pg_queue) = {chip.bfrt_prefix}.tm.port.cfg[dev_port]: "
-        "(pg_id, egress_qid_queues[qid])",
-        "operations": ops,
-    }
+    return {"switch": switch, "chip": chip.name, "cell_bytes": chip.cell_bytes, "operations": ops}
 
 
 def controller_for(fabric: Fabric) -> Callable[..., FabricController]:

@@ -38,9 +38,12 @@ const QueueId_t QID_HIGH = 0;
 const QueueId_t QID_LOW = 1;
 
 /* What precedes Ethernet in egress: ingress's bridge, or a trimmed copy's
- * mirror header. */
+ * mirror header. Both are PREPENDED_BYTES long, so that port_tx, which can
+ * take one constant off what the egress parser saw, counts frames alone; a
+ * trim's mirror session keeps PREPENDED_BYTES + TRIMMED_FRAME_BYTES. */
 const bit<8> KIND_BRIDGED = 1;
 const bit<8> KIND_TRIMMED = 2;
+const bit<32> PREPENDED_BYTES = 6;
 const MirrorType_t MIRROR_TYPE_TRIM = 1;
 
 /* Sizes of the ECMP selector (members, groups, members per group) and of the
@@ -67,7 +70,8 @@ header bridge_h {
 
 /* In front of a trimmed header's mirrored copy. */
 header trim_mirror_h {
-    bit<8> kind;
+    bit<8>  kind;
+    @padding bit<40> _pad;
 }
 
 struct tna_headers_t {
@@ -431,8 +435,9 @@ control MyEgress(inout tna_headers_t hdr,
         port_trims.count(eg_intr_md.egress_port);
     }
 
+    /* Bytes as the egress parser saw them, less the bridge or mirror header. */
     action count_tx() {
-        port_tx.count(eg_intr_md.egress_port);
+        port_tx.count(eg_intr_md.egress_port, PREPENDED_BYTES);
     }
 
     apply {
@@ -481,7 +486,7 @@ control EgressDeparser(packet_out pkt,
             hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
             hdr.ipv4.srcAddr, hdr.ipv4.dstAddr });
         if (eg_dprsr_md.mirror_type == MIRROR_TYPE_TRIM) {
-            trim_mirror.emit<trim_mirror_h>(meta.trim_session, { KIND_TRIMMED });
+            trim_mirror.emit<trim_mirror_h>(meta.trim_session, { KIND_TRIMMED, 0 });
         }
         pkt.emit(hdr.ethernet);
         pkt.emit(hdr.ipv4);
