@@ -141,10 +141,16 @@ def test_tm_config_sets_priority_buffer_shaping_and_deflection() -> None:
     assert config["cell_bytes"] == 80
     assert ops[0] == {
         "table": "tf1.tm.pipe.cfg",
-        "key": {"pipe": 0},
+        "pipe": 0,
         "data": {"mirror_drop_dev_port": 60, "mirror_drop_queue_nr": QID_HIGH},
     }
-    by = {(op["table"], op["key"].get("dev_port"), op["key"].get("qid")): op for op in ops}
+
+    def where(op: dict) -> tuple:
+        place = op.get("queue") or op.get("key") or {}
+        return (op["table"], place.get("dev_port"), place.get("qid"))
+
+    by = {where(op): op for op in ops}
+    assert len(by) == len(ops)
     for port in (1, 2, 3):
         assert by["tf1.tm.queue.sched_cfg", port, QID_HIGH]["data"] == {"max_priority": "HIGH"}
         assert by["tf1.tm.queue.sched_cfg", port, QID_LOW]["data"] == {"max_priority": "LOW"}
@@ -152,10 +158,10 @@ def test_tm_config_sets_priority_buffer_shaping_and_deflection() -> None:
         assert buffer["action"] == "buffer_only"
         assert buffer["data"]["guaranteed_cells"] == cells(40 * FRAME, TOFINO)
     assert by["tf1.tm.port.sched_shaping", 1, None]["data"]["max_rate"] == 10_000_000
+    assert by["tf1.tm.port.sched_cfg", 1, None]["data"] == {"max_rate_enable": True}
     assert ("tf1.tm.port.sched_shaping", 2, None) not in by
-    two = tm_config(
-        parse(description("127.0.0.1:1", "127.0.0.1:2", "tofino2")), "s1", CHIPS["tofino2"]
-    )
+    t2 = parse(description("127.0.0.1:1", "127.0.0.1:2", "tofino2"))
+    two = tm_config(t2, "s1", CHIPS["tofino2"])
     assert {op["table"].split(".")[0] for op in two["operations"]} == {"tf2"}
 
 
