@@ -245,7 +245,7 @@ class TofinoFabricController(FabricController):
             put(wanted.sessions, _Entity(packet_replication_engine_entry=pre))
             entry = index.table_entry(
                 TRIM_TABLE,
-                {"ig_tm_md.ucast_egress_port": port},
+                {"egress_port": port},
                 "MyIngress.set_trim_session",
                 {"session": session},
             )
@@ -260,8 +260,8 @@ class TofinoFabricController(FabricController):
                 entry = index.table_entry(
                     ECN_TABLE,
                     {
-                        "eg_intr_md.egress_port": port,
-                        "eg_intr_md.enq_qdepth": (band.low, band.high),
+                        "egress_port": port,
+                        "enq_qdepth": (band.low, band.high),
                     },
                     action,
                     params,

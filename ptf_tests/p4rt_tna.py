@@ -66,15 +66,15 @@ class TnaSwitchSession(SwitchSession):
         clone.packet_length_bytes = TRIM_MIRROR_BYTES + TRIMMED_FRAME_LEN
         clone.insert()
         trim = sh.TableEntry(TRIM_TABLE)(action="MyIngress.set_trim_session")
-        trim.match["ig_tm_md.ucast_egress_port"] = str(port)
+        trim.match["egress_port"] = str(port)
         trim.action["session"] = str(session)
         trim.insert()
         thresholds = (t.data_queue_bytes, t.ecn_kmin, t.ecn_kmax, t.ecn_pmax)
         for band in ecn_bands(thresholds, self.target.chip):
             action = "MyEgress.mark_ce" if band.threshold is None else "MyEgress.draw_mark"
             entry = sh.TableEntry(ECN_TABLE)(action=action)
-            entry.match["eg_intr_md.egress_port"] = str(port)
-            entry.match["eg_intr_md.enq_qdepth"] = f"{band.low}..{band.high}"
+            entry.match["egress_port"] = str(port)
+            entry.match["enq_qdepth"] = f"{band.low}..{band.high}"
             entry.priority = 1
             if band.threshold is not None:
                 entry.action["threshold"] = str(band.threshold)

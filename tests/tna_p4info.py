@@ -44,12 +44,12 @@ TABLES = {
         1024,
     ),
     "MyIngress.trim_sessions": (
-        [("ig_tm_md.ucast_egress_port", 9, _Match.EXACT)],
+        [("egress_port", 9, _Match.EXACT)],
         ["MyIngress.set_trim_session", "NoAction"],
         512,
     ),
     "MyEgress.ecn_marking": (
-        [("eg_intr_md.egress_port", 9, _Match.EXACT), ("eg_intr_md.enq_qdepth", 19, _Match.RANGE)],
+        [("egress_port", 9, _Match.EXACT), ("enq_qdepth", 19, _Match.RANGE)],
         ["MyEgress.mark_ce", "MyEgress.draw_mark", "NoAction"],
         2304,
     ),

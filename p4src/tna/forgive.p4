@@ -198,7 +198,9 @@ control MyIngress(inout tna_headers_t hdr,
     }
 
     /* A group's members are next hops; the selector hashes the five fields
-     * below, the UDP source port among them, so a sprayed flow spreads. */
+     * below, the UDP source port among them, so a sprayed flow spreads.
+     * Keys on metadata carry @name here and below, so that their control-plane
+     * names do not depend on what a compiler calls the block parameters. */
     Hash<bit<16>>(HashAlgorithm_t.CRC16) ecmp_hash;
     ActionProfile(ECMP_MEMBERS) ecmp_profile;
     ActionSelector(ecmp_profile, ecmp_hash, SelectorMode_t.FAIR,
@@ -206,7 +208,7 @@ control MyIngress(inout tna_headers_t hdr,
 
     table ecmp_nhop {
         key = {
-            meta.ecmp_group_id: exact;
+            meta.ecmp_group_id: exact @name("meta.ecmp_group_id");
             hdr.ipv4.srcAddr: selector;
             hdr.ipv4.dstAddr: selector;
             hdr.ipv4.protocol: selector;
@@ -256,7 +258,7 @@ control MyIngress(inout tna_headers_t hdr,
 
     /* No entry: the port is unmanaged (nothing trimmed, dropped for space or marked). */
     table trim_sessions {
-        key = { ig_tm_md.ucast_egress_port: exact; }
+        key = { ig_tm_md.ucast_egress_port: exact @name("egress_port"); }
         actions = { set_trim_session; NoAction; }
         default_action = NoAction();
         size = NUM_PORTS;
@@ -423,8 +425,8 @@ control MyEgress(inout tna_headers_t hdr,
      * no entry, no mark. Depths are cells of the packet's queue at enqueue. */
     table ecn_marking {
         key = {
-            eg_intr_md.egress_port: exact;
-            eg_intr_md.enq_qdepth: range;
+            eg_intr_md.egress_port: exact @name("egress_port");
+            eg_intr_md.enq_qdepth: range @name("enq_qdepth");
         }
         actions = { mark_ce; draw_mark; NoAction; }
         default_action = NoAction();
