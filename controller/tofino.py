@@ -8,8 +8,8 @@ FabricController:
   of the MyIngress.ecmp_profile selector, referenced from MyIngress.ecmp_nhop;
 - per managed port a clone session that carries trimmed headers back to the
   port, cut to TRIMMED_FRAME_LEN, and its MyIngress.trim_sessions entry;
-- per managed port the RED ramp as depth bands in MyEgress.ecn_marking, in
-  TM cells.
+- per managed port the RED ramp in MyEgress.ecn_marking: per band of depths
+  (TM cells), the random draws that mark.
 
 What P4Runtime cannot set (queue priority, the data queue's buffer, port
 shaping, the deflection port) `tm_config` returns as BF-RT operations on the
@@ -74,6 +74,10 @@ class EcnBand:
     low: int
     high: int
     threshold: int | None
+
+    def draws(self) -> tuple[int, int]:
+        """The range of the 16-bit draw that marks (the table's mark_draw key)."""
+        return (0, 0xFFFF if self.threshold is None else self.threshold - 1)
 
 
 def ecn_bands(thresholds: tuple[int, int, int, int], chip: Chip) -> list[EcnBand]:
@@ -252,19 +256,15 @@ class TofinoFabricController(FabricController):
             put(wanted.tables, _Entity(table_entry=entry))
         for port, spec in self._ports(switch).items():
             for band in ecn_bands(spec.thresholds, self.chip):
-                action, params = (
-                    ("MyEgress.mark_ce", {})
-                    if band.threshold is None
-                    else ("MyEgress.draw_mark", {"threshold": band.threshold})
-                )
                 entry = index.table_entry(
                     ECN_TABLE,
                     {
                         "egress_port": port,
                         "enq_qdepth": (band.low, band.high),
+                        "mark_draw": band.draws(),
                     },
-                    action,
-                    params,
+                    "MyEgress.mark_ce",
+                    {},
                     priority=1,
                 )
                 put(wanted.tables, _Entity(table_entry=entry))

@@ -71,13 +71,11 @@ class TnaSwitchSession(SwitchSession):
         trim.insert()
         thresholds = (t.data_queue_bytes, t.ecn_kmin, t.ecn_kmax, t.ecn_pmax)
         for band in ecn_bands(thresholds, self.target.chip):
-            action = "MyEgress.mark_ce" if band.threshold is None else "MyEgress.draw_mark"
-            entry = sh.TableEntry(ECN_TABLE)(action=action)
+            entry = sh.TableEntry(ECN_TABLE)(action="MyEgress.mark_ce")
             entry.match["egress_port"] = str(port)
             entry.match["enq_qdepth"] = f"{band.low}..{band.high}"
+            entry.match["mark_draw"] = "{}..{}".format(*band.draws())
             entry.priority = 1
-            if band.threshold is not None:
-                entry.action["threshold"] = str(band.threshold)
             entry.insert()
         self.target.set_data_queue(port, t.data_queue_bytes)
 

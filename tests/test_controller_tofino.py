@@ -18,6 +18,7 @@ from controller import cli
 from controller.p4info import ConfigError, load_p4info
 from controller.tofino import (
     ECN_BANDS,
+    ECN_TABLE,
     QID_HIGH,
     QID_LOW,
     TRIM_MIRROR_BYTES,
@@ -236,6 +237,15 @@ def test_apply_installs_the_tna_surface_and_is_idempotent(switches) -> None:
             (3, 3),
         ]
         assert {s.packet_length_bytes for s in sessions} == {TRIM_MIRROR_BYTES + TRIMMED_FRAME_LEN}
+        ecn_id = next(t.preamble.id for t in store1.p4info.tables if t.preamble.name == ECN_TABLE)
+        installed = set()
+        for key in store1.entities:
+            if key[0] == "table_entry" and key[1] == ecn_id and key[2][0][1] == 1:
+                (_, depth_lo, depth_hi), (_, draw_lo, draw_hi) = key[2][1:]
+                installed.add(((depth_lo, depth_hi), (draw_lo, draw_hi)))
+        ramp = ecn_bands((0, THRESHOLDS["ecn_kmin"], THRESHOLDS["ecn_kmax"], 65536), TOFINO)
+        assert installed == {((b.low, b.high), b.draws()) for b in ramp}
+        assert ((cells(THRESHOLDS["ecn_kmax"], TOFINO), (1 << 19) - 1), (0, 0xFFFF)) in installed
     finally:
         ctl.close()
 

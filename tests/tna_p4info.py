@@ -29,7 +29,6 @@ ACTIONS = {
     "MyIngress.drop": [],
     "MyIngress.set_trim_session": [("session", None)],
     "MyEgress.mark_ce": [],
-    "MyEgress.draw_mark": [("threshold", 16)],
     "NoAction": [],
 }
 TABLES = {
@@ -49,8 +48,12 @@ TABLES = {
         512,
     ),
     "MyEgress.ecn_marking": (
-        [("egress_port", 9, _Match.EXACT), ("enq_qdepth", 19, _Match.RANGE)],
-        ["MyEgress.mark_ce", "MyEgress.draw_mark", "NoAction"],
+        [
+            ("egress_port", 9, _Match.EXACT),
+            ("enq_qdepth", 19, _Match.RANGE),
+            ("mark_draw", 16, _Match.RANGE),
+        ],
+        ["MyEgress.mark_ce", "NoAction"],
         2304,
     ),
 }

@@ -97,8 +97,7 @@ struct ingress_metadata_t {
 
 struct egress_metadata_t {
     MirrorId_t trim_session;
-    /* A band's marking threshold and the draw compared against it. */
-    bit<16>    mark_threshold;
+    /* Uniform in [0, 65535], drawn for every packet that may be marked. */
     bit<16>    mark_draw;
 }
 
@@ -324,7 +323,6 @@ parser EgressParser(packet_in pkt,
     state start {
         pkt.extract(eg_intr_md);
         meta.trim_session = 0;
-        meta.mark_threshold = 0;
         meta.mark_draw = 0;
         transition select(pkt.lookahead<bit<8>>()) {
             KIND_BRIDGED: parse_bridge;
@@ -414,21 +412,21 @@ control MyEgress(inout tna_headers_t hdr,
         port_ce_marks.count(eg_intr_md.egress_port);
     }
 
-    /* Inside the RED band: mark when a uniform draw in [0, 65535] falls below
-     * threshold, i.e. with probability threshold/65536. */
-    action draw_mark(bit<16> threshold) {
-        meta.mark_threshold = threshold;
+    action draw() {
         meta.mark_draw = ecn_random.get();
     }
 
-    /* Per managed port: [kmax, max] marks, bands inside [kmin, kmax) draw;
-     * no entry, no mark. Depths are cells of the packet's queue at enqueue. */
+    /* The RED decision as one match: per managed port and band of depths (cells
+     * of the packet's queue when it entered), the draws that mark. A band marking
+     * with probability p/65536 matches draws 0..p-1; from ecn_kmax, all draws. No
+     * entry, no mark. */
     table ecn_marking {
         key = {
             eg_intr_md.egress_port: exact @name("egress_port");
             eg_intr_md.enq_qdepth: range @name("enq_qdepth");
+            meta.mark_draw: range @name("mark_draw");
         }
-        actions = { mark_ce; draw_mark; NoAction; }
+        actions = { mark_ce; NoAction; }
         default_action = NoAction();
         size = ECN_BAND_ENTRIES;
     }
@@ -459,13 +457,8 @@ control MyEgress(inout tna_headers_t hdr,
             }
         } else {
             if (markable) {
-                switch (ecn_marking.apply().action_run) {
-                    draw_mark: {
-                        if (meta.mark_draw < meta.mark_threshold) {
-                            mark_ce();
-                        }
-                    }
-                }
+                draw();
+                ecn_marking.apply();
             }
             count_tx();
         }
