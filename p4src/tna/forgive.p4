@@ -448,18 +448,18 @@ control MyEgress(inout tna_headers_t hdr,
         if (hdr.trimmed.isValid()) {
             /* A trimmed header, back on its own port's high queue. */
             count_trim();
-            count_tx();
         } else if (eg_intr_md.deflection_flag == 1) {
             if (is_data) {
                 trim();
             } else {
                 drop_for_space();
             }
-        } else {
-            if (markable) {
-                draw();
-                ecn_marking.apply();
-            }
+        } else if (markable) {
+            draw();
+            ecn_marking.apply();
+        }
+        /* Everything but the deflected packets leaves (one use of the counter). */
+        if (eg_intr_md.deflection_flag == 0) {
             count_tx();
         }
     }
