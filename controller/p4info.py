@@ -97,13 +97,19 @@ class P4InfoIndex:
         priority: int = 0,
     ) -> p4runtime_pb2.TableEntry:
         """An entry from names: exact fields map to ints, LPM fields to (value, prefix
-        length), range fields to (low, high). With no action the caller sets one (an
-        action profile's member or group)."""
+        length), range fields to (low, high); a range of every value is left out, as
+        P4Runtime writes "don't care". With no action the caller sets one (an action
+        profile's member or group)."""
         info = self._find("table", self.tables, table)
         entry = p4runtime_pb2.TableEntry(table_id=info.preamble.id, priority=priority)
         fields = {m.name: m for m in info.match_fields}
         for name, value in match.items():
             field = self._find(f"match field of {table}", fields, name)
+            if field.match_type == p4info_pb2.MatchField.RANGE and tuple(value) == (
+                0,
+                (1 << field.bitwidth) - 1,
+            ):
+                continue
             m = entry.match.add(field_id=field.id)
             if field.match_type == p4info_pb2.MatchField.LPM:
                 m.lpm.value = encode(value[0], field.bitwidth)

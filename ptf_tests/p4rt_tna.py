@@ -19,6 +19,7 @@ from controller.tofino import (
     ECMP_PROFILE,
     ECN_TABLE,
     PACKET_COUNTERS,
+    QUEUE_DEPTH_BITS,
     TRIM_MIRROR_BYTES,
     TRIM_TABLE,
     TX_COUNTER,
@@ -73,8 +74,13 @@ class TnaSwitchSession(SwitchSession):
         for band in ecn_bands(thresholds, self.target.chip):
             entry = sh.TableEntry(ECN_TABLE)(action="MyEgress.mark_ce")
             entry.match["egress_port"] = str(port)
-            entry.match["enq_qdepth"] = f"{band.low}..{band.high}"
-            entry.match["mark_draw"] = "{}..{}".format(*band.draws())
+            # a range of every value is P4Runtime's "don't care": left out
+            for field, (low, high), top in (
+                ("enq_qdepth", (band.low, band.high), (1 << QUEUE_DEPTH_BITS) - 1),
+                ("mark_draw", band.draws(), 0xFFFF),
+            ):
+                if (low, high) != (0, top):
+                    entry.match[field] = f"{low}..{high}"
             entry.priority = 1
             entry.insert()
         self.target.set_data_queue(port, t.data_queue_bytes)

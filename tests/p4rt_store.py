@@ -6,7 +6,8 @@ entities the Tofino controller writes: ids from the pushed P4Info, parameter
 widths, INSERT of an existing entity or MODIFY/DELETE of a missing one
 refused, a group only of existing members, an indirect entry only to an
 existing group, nothing deleted while something refers to it, and a batch's
-updates applied in any order (they are applied in reverse). Errors come back
+updates applied in any order (they are applied in reverse), a range of every
+value written as an omitted field (P4Runtime's don't care). Errors come back
 as real switches report them: gRPC UNKNOWN with one p4.v1.Error per update.
 Packets and counters are out of scope; counters read back as the test sets them.
 """
@@ -57,6 +58,7 @@ class Store(p4runtime_pb2_grpc.P4RuntimeServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no pipeline")
         reply = p4runtime_pb2.GetForwardingPipelineConfigResponse()
         reply.config.cookie.cookie = self.cookie
+        reply.config.p4info.CopyFrom(self.p4info)
         return reply
 
     def StreamChannel(self, request_iterator, context):
@@ -119,6 +121,11 @@ class Store(p4runtime_pb2_grpc.P4RuntimeServicer):
             for m in e.match:
                 if m.field_id not in fields:
                     raise Refused(code_pb2.INVALID_ARGUMENT, f"no match field {m.field_id}")
+                if m.WhichOneof("field_match_type") == "range":
+                    low, high = _int(m.range.low), _int(m.range.high)
+                    top = (1 << fields[m.field_id].bitwidth) - 1
+                    if low > high or high > top or (low, high) == (0, top):
+                        raise Refused(code_pb2.INVALID_ARGUMENT, "bad or don't-care range")
             has_range = any(f.match_type == p4info_pb2.MatchField.RANGE for f in fields.values())
             if has_range != (e.priority > 0):
                 raise Refused(code_pb2.INVALID_ARGUMENT, "priority is for range tables only")
@@ -242,7 +249,9 @@ class Store(p4runtime_pb2_grpc.P4RuntimeServicer):
             if query.HasField("counter_entry"):
                 counter_id = query.counter_entry.counter_id
                 size = {c.preamble.id: c.size for c in self.p4info.counters}[counter_id]
-                for index in range(size):
+                wanted = query.counter_entry
+                indices = [wanted.index.index] if wanted.HasField("index") else range(size)
+                for index in indices:
                     out = reply.entities.add().counter_entry
                     out.counter_id, out.index.index = counter_id, index
                     packets, nbytes = self.counters.get((counter_id, index), (0, 0))
