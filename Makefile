@@ -24,7 +24,7 @@ $(STAMP_APT): Makefile
 
 $(STAMP_PIP): $(STAMP_APT) pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,impact]'
 	@touch $@
 
 # The main job: the default comparison of policies on the switch model (root: Mininet).

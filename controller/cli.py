@@ -7,9 +7,10 @@
 The P4Info and device config default to the BMv2 build (p4src/build) or, for
 a fabric of Tofino switches, that chip's bf-p4c build (p4src/tna/build).
 
-Any refusal (bad description, unreadable P4Info, unreachable switch, failed
-write) is one line on stderr and exit status 1; nothing is written to any
-switch unless the description is valid and every switch answered.
+Any refusal is one line on stderr: exit status 2 for bad input (a description,
+P4Info or device config that does not check out, an unknown --switch), 1 for a
+switch that does not answer or refuses a write. Nothing is written to any
+switch unless the input is valid and every switch answered.
 """
 
 from __future__ import annotations
@@ -27,15 +28,16 @@ from controller.shaping import ShapingFailed
 from controller.tofino import controller_for, tm_config
 from controller.tofino_pipeline import CHIPS, device_config_path, p4info_path
 from controller.topology import load
+from switch_model.surface import PortCounters
 
 
-def format_counters(switch: str, rows: dict[int, dict[str, int]]) -> str:
+def format_counters(switch: str, rows: dict[int, PortCounters]) -> str:
     header = f"{'switch':<8}{'port':>5}{'tx_packets':>12}{'tx_bytes':>14}{'ce_marks':>10}{'trims':>9}{'drops':>9}"
     lines = [header]
     for port, row in sorted(rows.items()):
         lines.append(
-            f"{switch:<8}{port:>5}{row['tx_packets']:>12}{row['tx_bytes']:>14}"
-            f"{row['ce_marks']:>10}{row['trims']:>9}{row['drops']:>9}"
+            f"{switch:<8}{port:>5}{row.tx_packets:>12}{row.tx_bytes:>14}"
+            f"{row.ce_marks:>10}{row.trims:>9}{row.drops:>9}"
         )
     return "\n".join(lines)
 
@@ -76,10 +78,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"{report.deleted} deleted"
                 )
         else:
-            controller.connect()
+            controller.connect(write=False)  # reading needs no mastership
             for name in names:
                 print(format_counters(name, controller.counters(name)))
-    except (ConfigError, SwitchUnreachable, WriteFailed, ShapingFailed) as err:
+    except ConfigError as err:
+        print(f"forgive-ctl: {err}", file=sys.stderr)
+        return 2
+    except (SwitchUnreachable, WriteFailed, ShapingFailed) as err:
         print(f"forgive-ctl: {err}", file=sys.stderr)
         return 1
     except grpc.RpcError as err:

@@ -17,20 +17,16 @@ from pathlib import Path
 import grpc
 from p4.v1 import p4runtime_pb2
 
+from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, entry_key, load_p4info
 from controller.shaping import apply_shaping, check_shaping_channel
 from controller.topology import Fabric
+from switch_model import surface
+from switch_model.surface import PortCounters
 
-LPM_TABLE = "MyIngress.ipv4_lpm"
-ECMP_TABLE = "MyIngress.ecmp_nhop"
-THRESHOLD_TABLE = "MyIngress.port_thresholds"
-COUNTERS = (
-    "MyEgress.port_tx",
-    "MyIngress.port_ce_marks",
-    "MyIngress.port_trims",
-    "MyIngress.port_drops",
-)
+TABLES = (surface.THRESHOLD_TABLE, surface.ECMP_TABLE, surface.LPM_TABLE)
+"""In the order entries are inserted: an ECMP route after its group's members."""
 
 _Update = p4runtime_pb2.Update
 
@@ -66,12 +62,14 @@ class FabricController:
         }
         self.wanted = {name: self.entries(name) for name in fabric.switches}
 
-    def connect(self) -> None:
-        """Reach every switch and its shaping channel first, so that an unreachable one
-        stops the run before any write."""
+    def connect(self, write: bool = True) -> None:
+        """Reach every switch first, and for writing become its primary and reach its shaping
+        channel, so that an unreachable or held switch stops the run before any write.
+        Reading counters needs neither."""
         for name, client in self.clients.items():
-            client.connect()
-            check_shaping_channel(self.fabric.switches[name])
+            client.connect(primary=write)
+            if write:
+                check_shaping_channel(self.fabric.switches[name])
 
     def close(self) -> None:
         for client in self.clients.values():
@@ -80,60 +78,27 @@ class FabricController:
     def entries(self, switch: str) -> list[p4runtime_pb2.TableEntry]:
         """The table entries `switch` should hold: thresholds, ECMP members, then routes."""
         index = self.index
-        result = []
-        for (name, port), spec in sorted(self.fabric.ports.items()):
-            if name == switch:
-                params = dict(
-                    zip(
-                        ("data_queue_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax"),
-                        spec.thresholds,
-                        strict=True,
-                    )
-                )
-                result.append(
-                    index.table_entry(
-                        THRESHOLD_TABLE,
-                        {"standard_metadata.egress_spec": port},
-                        "MyIngress.set_thresholds",
-                        params,
-                    )
-                )
+        result = [
+            entries.port_thresholds(index, port, spec.thresholds)
+            for (name, port), spec in sorted(self.fabric.ports.items())
+            if name == switch
+        ]
         groups: dict[tuple, int] = {}
         routes = []
         for ip, hops in sorted(self.fabric.routes(switch).items()):
             if not hops:
                 continue
-            key = (ip, 32)
             if len(hops) == 1:
-                routes.append(
-                    index.table_entry(
-                        LPM_TABLE,
-                        {"hdr.ipv4.dstAddr": key},
-                        "MyIngress.set_nhop",
-                        {"dmac": hops[0].dmac, "port": hops[0].port},
-                    )
-                )
+                routes.append(entries.route(index, ip, 32, hops[0].dmac, hops[0].port))
                 continue
             members = tuple(hops)
             if members not in groups:
                 group = groups[members] = len(groups) + 1
-                for member, hop in enumerate(members):
-                    result.append(
-                        index.table_entry(
-                            ECMP_TABLE,
-                            {"meta.ecmp_group_id": group, "meta.ecmp_member": member},
-                            "MyIngress.set_nhop",
-                            {"dmac": hop.dmac, "port": hop.port},
-                        )
-                    )
-            routes.append(
-                index.table_entry(
-                    LPM_TABLE,
-                    {"hdr.ipv4.dstAddr": key},
-                    "MyIngress.set_ecmp_group",
-                    {"group_id": groups[members], "num_members": len(members)},
+                result.extend(
+                    entries.ecmp_member(index, group, member, hop.dmac, hop.port)
+                    for member, hop in enumerate(members)
                 )
-            )
+            routes.append(entries.ecmp_route(index, ip, 32, groups[members], len(members)))
         return result + routes
 
     def _sync_pipeline(self, client: SwitchClient) -> bool:
@@ -152,7 +117,7 @@ class FabricController:
     def apply_switch(self, switch: str) -> ApplyReport:
         client = self.clients[switch]
         pushed = self._sync_pipeline(client)
-        tables = [self.index.table_id(t) for t in (THRESHOLD_TABLE, ECMP_TABLE, LPM_TABLE)]
+        tables = [self.index.table_id(t) for t in TABLES]
         query = []
         for table_id in tables:
             entity = p4runtime_pb2.Entity()
@@ -195,33 +160,7 @@ class FabricController:
         self.connect()
         return {name: self.apply_switch(name) for name in sorted(self.fabric.switches)}
 
-    def counters(self, switch: str) -> dict[int, dict[str, int]]:
-        """Per port of `switch`: tx packets and bytes, CE marks, trims and drops."""
-        client = self.clients[switch]
-        query = []
-        for name in COUNTERS:
-            entity = p4runtime_pb2.Entity()
-            entity.counter_entry.counter_id = self.index.counter(name).preamble.id
-            query.append(entity)
-        ports = sorted(p for (name, p) in self.fabric.ports if name == switch)
-        rows = {
-            port: dict.fromkeys(("tx_packets", "tx_bytes", "ce_marks", "trims", "drops"), 0)
-            for port in ports
-        }
-        column = {
-            "MyIngress.port_ce_marks": "ce_marks",
-            "MyIngress.port_trims": "trims",
-            "MyIngress.port_drops": "drops",
-        }
-        for entity in client.read(query):
-            entry = entity.counter_entry
-            port = entry.index.index
-            if port not in rows:
-                continue
-            name = self.index.counter_names[entry.counter_id]
-            if name == "MyEgress.port_tx":
-                rows[port]["tx_packets"] = entry.data.packet_count
-                rows[port]["tx_bytes"] = entry.data.byte_count
-            else:
-                rows[port][column[name]] = entry.data.packet_count
-        return rows
+    def counters(self, switch: str) -> dict[int, PortCounters]:
+        """Per port of `switch` on a link: what its counters hold."""
+        ports = [p for (name, p) in self.fabric.ports if name == switch]
+        return entries.read_port_counters(self.clients[switch], self.index, ports)

@@ -1,8 +1,9 @@
 """Names to ids for one P4Info, and table entries built from names and integers.
 
-Every id the controller sends comes from the P4Info it pushed, looked up by
-the names of TEAM.md's control surface; a name the P4Info lacks is a
-ConfigError before anything is written.
+Every id a client sends comes from the P4Info it pushed, looked up by the
+names of the control surface (`switch_model/surface.py`, described in
+docs/dataplane.md); a name the P4Info lacks is a ConfigError before anything
+is written.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def load_p4info(path: str | Path) -> p4info_pb2.P4Info:
         text = Path(path).read_text()
     except OSError as err:
         raise ConfigError(f"cannot read P4Info {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"P4Info {path} is not a text P4Info: {err}") from None
     try:
         return text_format.Parse(text, p4info_pb2.P4Info())
     except text_format.ParseError as err:

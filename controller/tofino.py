@@ -24,25 +24,36 @@ from dataclasses import dataclass, field
 
 from p4.v1 import p4runtime_pb2
 
+from controller import entries
 from controller.client import SwitchClient
-from controller.fabric_control import ECMP_TABLE, LPM_TABLE, ApplyReport, FabricController
-from controller.p4info import ConfigError, entry_action, entry_key
+from controller.fabric_control import ApplyReport, FabricController
+from controller.p4info import ConfigError, P4InfoIndex, entry_action, entry_key
 from controller.shaping import REFERENCE_FRAME_BYTES
 from controller.tofino_pipeline import CHIPS, Chip
 from controller.topology import Fabric, NextHop, PortSpec, tofino_pipe
 from host_agent.wire import TRIMMED_FRAME_LEN
+from switch_model import surface
+from switch_model.surface import PortCounters, Thresholds
 
-ECMP_PROFILE = "MyIngress.ecmp_profile"
-TRIM_TABLE = "MyIngress.trim_sessions"
-ECN_TABLE = "MyEgress.ecn_marking"
-TX_COUNTER = "MyEgress.port_tx"
-PACKET_COUNTERS = {
-    "MyEgress.port_ce_marks": "ce_marks",
-    "MyEgress.port_trims": "trims",
-    "MyEgress.port_drops": "drops",
-    "MyIngress.port_drops": "drops",
+# The TNA program's control-plane names where they are not the v1model program's
+# (routes, next hops and ECMP group ids keep surface's names).
+ECMP_PROFILE = f"{surface.INGRESS}.ecmp_profile"
+TRIM_TABLE = f"{surface.INGRESS}.trim_sessions"
+SET_TRIM_SESSION = f"{surface.INGRESS}.set_trim_session"
+ECN_TABLE = f"{surface.EGRESS}.ecn_marking"
+MARK_CE = f"{surface.EGRESS}.mark_ce"
+EGRESS_PORT = "egress_port"
+ENQ_QDEPTH = "enq_qdepth"
+MARK_DRAW = "mark_draw"
+COUNTER_FIELDS: dict[str, tuple[str | None, str]] = {
+    surface.PORT_TX: ("tx_bytes", "tx_packets"),
+    f"{surface.EGRESS}.port_ce_marks": (None, "ce_marks"),
+    f"{surface.EGRESS}.port_trims": (None, "trims"),
+    f"{surface.EGRESS}.port_drops": (None, "drops"),
+    f"{surface.INGRESS}.port_drops": (None, "drops"),
 }
-"""Drops are counted where they happen: malformed in ingress, no room in egress."""
+"""As surface.COUNTER_FIELDS: drops are counted where they happen, malformed in
+ingress and for want of room in egress, and add up."""
 
 QID_HIGH, QID_LOW = 0, 1
 """The program's queues (QID_HIGH, QID_LOW in p4src/tna/forgive.p4)."""
@@ -59,6 +70,8 @@ DEFLECT_QUEUE = QID_HIGH
 
 _Update = p4runtime_pb2.Update
 _Entity = p4runtime_pb2.Entity
+DRAW_TOP = 0xFFFF
+"""The 16-bit draw's largest value."""
 
 
 def cells(nbytes: int, chip: Chip) -> int:
@@ -77,10 +90,10 @@ class EcnBand:
 
     def draws(self) -> tuple[int, int]:
         """The range of the 16-bit draw that marks (the table's mark_draw key)."""
-        return (0, 0xFFFF if self.threshold is None else self.threshold - 1)
+        return (0, DRAW_TOP if self.threshold is None else self.threshold - 1)
 
 
-def ecn_bands(thresholds: tuple[int, int, int, int], chip: Chip) -> list[EcnBand]:
+def ecn_bands(thresholds: Thresholds, chip: Chip) -> list[EcnBand]:
     """docs/dataplane.md's marking rule in cells: certain from ecn_kmax, a ramp of
     ECN_BANDS steps up to pmax from ecn_kmin. Bands that would never mark are left out."""
     _, kmin_bytes, kmax_bytes, pmax = thresholds
@@ -95,6 +108,91 @@ def ecn_bands(thresholds: tuple[int, int, int, int], chip: Chip) -> list[EcnBand
         if threshold > 0:
             bands.append(EcnBand(low, high, threshold))
     return bands
+
+
+# -- entities, built once for the controller and the PTF suite ---------------------
+
+
+def clone_session(port: int, session: int) -> p4runtime_pb2.Entity:
+    """The session that carries `port`'s trimmed headers back to it, cut to 58 bytes."""
+    clone = p4runtime_pb2.CloneSessionEntry(
+        session_id=session,
+        replicas=[p4runtime_pb2.Replica(egress_port=port, instance=0)],
+        packet_length_bytes=TRIM_MIRROR_BYTES + TRIMMED_FRAME_LEN,
+    )
+    return _Entity(
+        packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
+            clone_session_entry=clone
+        )
+    )
+
+
+def trim_session(index: P4InfoIndex, port: int, session: int) -> p4runtime_pb2.TableEntry:
+    """Makes `port` managed: the TM deflects what its data queue cannot hold."""
+    return index.table_entry(
+        TRIM_TABLE, {EGRESS_PORT: port}, SET_TRIM_SESSION, {"session": session}
+    )
+
+
+def ecn_entries(
+    index: P4InfoIndex, port: int, thresholds: Thresholds, chip: Chip
+) -> list[p4runtime_pb2.TableEntry]:
+    """`port`'s RED ramp: per band of depths, the draws that mark."""
+    return [
+        index.table_entry(
+            ECN_TABLE,
+            {EGRESS_PORT: port, ENQ_QDEPTH: (band.low, band.high), MARK_DRAW: band.draws()},
+            MARK_CE,
+            {},
+            priority=1,
+        )
+        for band in ecn_bands(thresholds, chip)
+    ]
+
+
+def ecmp_profile(index: P4InfoIndex):
+    for profile in index.p4info.action_profiles:
+        if profile.preamble.name == ECMP_PROFILE:
+            return profile
+    raise ConfigError(f"P4Info has no action profile {ECMP_PROFILE}")
+
+
+def ecmp_member(index: P4InfoIndex, member: int, dmac: int, port: int) -> p4runtime_pb2.Entity:
+    """Member `member` of the ECMP selector: one next hop."""
+    return _Entity(
+        action_profile_member=p4runtime_pb2.ActionProfileMember(
+            action_profile_id=ecmp_profile(index).preamble.id,
+            member_id=member,
+            action=index.action(surface.SET_NHOP, {"dmac": dmac, "port": port}),
+        )
+    )
+
+
+def ecmp_group(
+    index: P4InfoIndex, group: int, members: Iterable[int]
+) -> list[p4runtime_pb2.Entity]:
+    """ECMP group `group` of the given members, and the ecmp_nhop entry that uses it."""
+    profile = ecmp_profile(index)
+    entity = _Entity(
+        action_profile_group=p4runtime_pb2.ActionProfileGroup(
+            action_profile_id=profile.preamble.id, group_id=group, max_size=profile.max_group_size
+        )
+    )
+    for member in members:
+        entity.action_profile_group.members.add(member_id=member, weight=1)
+    nhop = index.table_entry(surface.ECMP_TABLE, {surface.ECMP_GROUP_ID: group}, None, {})
+    nhop.action.action_profile_group_id = group
+    return [entity, _Entity(table_entry=nhop)]
+
+
+def ecmp_route(index: P4InfoIndex, prefix: int, prefix_len: int, group: int):
+    """`prefix/prefix_len` to ECMP group `group` (the selector knows its size)."""
+    return index.table_entry(
+        surface.LPM_TABLE,
+        {surface.DST_ADDR: (prefix, prefix_len)},
+        surface.SET_ECMP_GROUP,
+        {"group_id": group},
+    )
 
 
 @dataclass
@@ -203,27 +301,21 @@ class TofinoFabricController(FabricController):
         self.chip = CHIPS[targets.pop()]
         super().__init__(fabric, p4info_path, device_config_path)
 
-    def connect(self) -> None:
-        """Reach every switch; the TM is set apart (tm_config), so there is no shaping
-        channel to check."""
+    def connect(self, write: bool = True) -> None:
+        """Reach every switch (as primary to write); the TM is set apart (tm_config), so
+        there is no shaping channel to check."""
         for client in self.clients.values():
-            client.connect()
+            client.connect(primary=write)
 
     def _ports(self, switch: str) -> dict[int, PortSpec]:
         return {p: spec for (name, p), spec in sorted(self.fabric.ports.items()) if name == switch}
 
-    def _profile(self):
-        for profile in self.p4info.action_profiles:
-            if profile.preamble.name == ECMP_PROFILE:
-                return profile
-        raise ConfigError(f"P4Info has no action profile {ECMP_PROFILE}")
-
     def trim_sessions(self, switch: str) -> dict[int, int]:
         """Port -> the clone session carrying its trimmed headers: 1, 2, ... by port."""
         ports = sorted(self._ports(switch))
-        action = self.index.actions.get("MyIngress.set_trim_session")
+        action = self.index.actions.get(SET_TRIM_SESSION)
         if action is None:
-            raise ConfigError("P4Info has no action MyIngress.set_trim_session")
+            raise ConfigError(f"P4Info has no action {SET_TRIM_SESSION}")
         width = action.params[0].bitwidth
         if len(ports) >= 1 << width:
             raise ConfigError(
@@ -240,47 +332,20 @@ class TofinoFabricController(FabricController):
             into[identity(entity)[0]] = entity
 
         for port, session in self.trim_sessions(switch).items():
-            clone = p4runtime_pb2.CloneSessionEntry(
-                session_id=session,
-                replicas=[p4runtime_pb2.Replica(egress_port=port, instance=0)],
-                packet_length_bytes=TRIM_MIRROR_BYTES + TRIMMED_FRAME_LEN,
-            )
-            pre = p4runtime_pb2.PacketReplicationEngineEntry(clone_session_entry=clone)
-            put(wanted.sessions, _Entity(packet_replication_engine_entry=pre))
-            entry = index.table_entry(
-                TRIM_TABLE,
-                {"egress_port": port},
-                "MyIngress.set_trim_session",
-                {"session": session},
-            )
-            put(wanted.tables, _Entity(table_entry=entry))
+            put(wanted.sessions, clone_session(port, session))
+            put(wanted.tables, _Entity(table_entry=trim_session(index, port, session)))
         for port, spec in self._ports(switch).items():
-            for band in ecn_bands(spec.thresholds, self.chip):
-                entry = index.table_entry(
-                    ECN_TABLE,
-                    {
-                        "egress_port": port,
-                        "enq_qdepth": (band.low, band.high),
-                        "mark_draw": band.draws(),
-                    },
-                    "MyEgress.mark_ce",
-                    {},
-                    priority=1,
-                )
+            for entry in ecn_entries(index, port, spec.thresholds, self.chip):
                 put(wanted.tables, _Entity(table_entry=entry))
 
-        profile = self._profile()
+        profile = ecmp_profile(index)
         members: dict[NextHop, int] = {}
         groups: dict[tuple[NextHop, ...], int] = {}
         for ip, hops in sorted(self.fabric.routes(switch).items()):
             if not hops:
                 continue
-            key = {"hdr.ipv4.dstAddr": (ip, 32)}
             if len(hops) == 1:
-                hop = hops[0]
-                route = index.table_entry(
-                    LPM_TABLE, key, "MyIngress.set_nhop", {"dmac": hop.dmac, "port": hop.port}
-                )
+                route = entries.route(index, ip, 32, hops[0].dmac, hops[0].port)
                 put(wanted.routes, _Entity(table_entry=route))
                 continue
             if len(hops) > profile.max_group_size > 0:
@@ -288,70 +353,40 @@ class TofinoFabricController(FabricController):
                     f"switch {switch}: {len(hops)} equal-cost next hops exceed the selector's "
                     f"{profile.max_group_size}"
                 )
-            group_id = groups.get(tuple(hops))
-            if group_id is None:
-                group_id = groups[tuple(hops)] = len(groups) + 1
-                group = p4runtime_pb2.ActionProfileGroup(
-                    action_profile_id=profile.preamble.id,
-                    group_id=group_id,
-                    max_size=profile.max_group_size,
-                )
+            group = groups.get(tuple(hops))
+            if group is None:
+                group = groups[tuple(hops)] = len(groups) + 1
                 for hop in hops:
                     if hop not in members:
                         members[hop] = len(members) + 1
-                        member = p4runtime_pb2.ActionProfileMember(
-                            action_profile_id=profile.preamble.id,
-                            member_id=members[hop],
-                            action=index.action(
-                                "MyIngress.set_nhop", {"dmac": hop.dmac, "port": hop.port}
-                            ),
-                        )
-                        put(wanted.members, _Entity(action_profile_member=member))
-                    group.members.add(member_id=members[hop], weight=1)
-                put(wanted.groups, _Entity(action_profile_group=group))
-                nhop = index.table_entry(ECMP_TABLE, {"meta.ecmp_group_id": group_id}, None, {})
-                nhop.action.action_profile_group_id = group_id
-                put(wanted.tables, _Entity(table_entry=nhop))
-            route = index.table_entry(
-                LPM_TABLE, key, "MyIngress.set_ecmp_group", {"group_id": group_id}
-            )
-            put(wanted.routes, _Entity(table_entry=route))
+                        put(wanted.members, ecmp_member(index, members[hop], hop.dmac, hop.port))
+                group_entity, nhop = ecmp_group(index, group, (members[h] for h in hops))
+                put(wanted.groups, group_entity)
+                put(wanted.tables, nhop)
+            put(wanted.routes, _Entity(table_entry=ecmp_route(index, ip, 32, group)))
         return wanted
 
     def _installed(self, client: SwitchClient) -> SwitchEntities:
-        profile_id = self._profile().preamble.id
-        tables = [self.index.table_id(t) for t in (TRIM_TABLE, ECN_TABLE, ECMP_TABLE)]
+        profile_id = ecmp_profile(self.index).preamble.id
+        tables = [self.index.table_id(t) for t in (TRIM_TABLE, ECN_TABLE, surface.ECMP_TABLE)]
         clone_query = p4runtime_pb2.PacketReplicationEngineEntry(
             clone_session_entry=p4runtime_pb2.CloneSessionEntry()
         )
+        member_query = p4runtime_pb2.ActionProfileMember(action_profile_id=profile_id)
+        group_query = p4runtime_pb2.ActionProfileGroup(action_profile_id=profile_id)
+        lpm = self.index.table_id(surface.LPM_TABLE)
 
         def read(*queries: p4runtime_pb2.Entity) -> dict:
             return _keyed(client.read(list(queries)))
 
         return SwitchEntities(
-            members=read(
-                _Entity(
-                    action_profile_member=p4runtime_pb2.ActionProfileMember(
-                        action_profile_id=profile_id
-                    )
-                )
-            ),
-            groups=read(
-                _Entity(
-                    action_profile_group=p4runtime_pb2.ActionProfileGroup(
-                        action_profile_id=profile_id
-                    )
-                )
-            ),
+            members=read(_Entity(action_profile_member=member_query)),
+            groups=read(_Entity(action_profile_group=group_query)),
             sessions=read(_Entity(packet_replication_engine_entry=clone_query)),
             tables=read(
                 *(_Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t)) for t in tables)
             ),
-            routes=read(
-                _Entity(
-                    table_entry=p4runtime_pb2.TableEntry(table_id=self.index.table_id(LPM_TABLE))
-                )
-            ),
+            routes=read(_Entity(table_entry=p4runtime_pb2.TableEntry(table_id=lpm))),
         )
 
     def apply_switch(self, switch: str) -> ApplyReport:
@@ -362,34 +397,11 @@ class TofinoFabricController(FabricController):
             client.write(batch)
         return ApplyReport(pushed, **counts)
 
-    def counters(self, switch: str) -> dict[int, dict[str, int]]:
-        """Per port of `switch`, as FabricController.counters: drops add both counters."""
-        client = self.clients[switch]
-        names = [TX_COUNTER, *PACKET_COUNTERS]
-        query = [
-            _Entity(
-                counter_entry=p4runtime_pb2.CounterEntry(
-                    counter_id=self.index.counter(name).preamble.id
-                )
-            )
-            for name in names
-        ]
-        rows = {
-            port: dict.fromkeys(("tx_packets", "tx_bytes", "ce_marks", "trims", "drops"), 0)
-            for port in self._ports(switch)
-        }
-        for entity in client.read(query):
-            entry = entity.counter_entry
-            row = rows.get(entry.index.index)
-            if row is None:
-                continue
-            name = self.index.counter_names[entry.counter_id]
-            if name == TX_COUNTER:
-                row["tx_packets"] = entry.data.packet_count
-                row["tx_bytes"] = entry.data.byte_count
-            else:
-                row[PACKET_COUNTERS[name]] += entry.data.packet_count
-        return rows
+    def counters(self, switch: str) -> dict[int, PortCounters]:
+        """Per port of `switch` on a link: what its counters hold, drops added up."""
+        return entries.read_port_counters(
+            self.clients[switch], self.index, self._ports(switch), COUNTER_FIELDS
+        )
 
     def tm_config(self, switch: str) -> dict:
         """The BF-RT operations that give `switch` its queues: JSON-ready data."""

@@ -1,7 +1,7 @@
 """Ethernet, IPv4 and UDP around an FTH packet: the only place the agent sees those headers.
 
-The protocol core works on bytes that start at the FTH (shared/protocol.md
-section 5). This module adds and strips the three outer headers, and reports
+The protocol core works on bytes that start at the FTH (docs/protocol.md,
+"The protocol core"). This module adds and strips the three outer headers, and reports
 the two things the core needs from them: where a packet came from and whether
 a switch marked it CE. Header templates are cached per destination and traffic
 class so the per-packet work is one pack and one checksum fold.
@@ -13,23 +13,23 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from host_agent.wire import FORGIVE_UDP_PORT
+from host_agent.wire import (
+    ECN_CE,
+    ECN_MASK,
+    ETH_LEN,
+    ETHERTYPE_IPV4,
+    FORGIVE_UDP_PORT,
+    HEADERS_LEN,
+    IPPROTO_UDP,
+    IPV4_CHECKSUM_AT,
+    IPV4_LEN,
+    UDP_LEN,
+)
 
-ETH_P_IP = 0x0800
 ETH_P_ARP = 0x0806
-ETH_LEN = 14
-IPV4_LEN = 20
-UDP_LEN = 8
-HEADERS_LEN = ETH_LEN + IPV4_LEN + UDP_LEN
-"""Bytes in front of the FTH on every frame the agent sends (42)."""
-
-ECN_NOT_ECT = 0
-ECN_ECT0 = 2
-ECN_CE = 3
 
 _IP_DONT_FRAGMENT = 0x4000
 _TTL = 64
-_PROTO_UDP = 17
 _IP_WORDS = struct.Struct("!10H")
 
 
@@ -94,20 +94,22 @@ class FrameBuilder:
         header = _ETH_IP.pack(
             dst_mac,
             self.src_mac,
-            ETH_P_IP,
+            ETHERTYPE_IPV4,
             0x45,
             tos,
             total,
             0,
             _IP_DONT_FRAGMENT,
             _TTL,
-            _PROTO_UDP,
+            IPPROTO_UDP,
             0,
             self.src_ip,
             dst_ip,
         )
         checksum = ipv4_checksum(header, ETH_LEN)
-        prefix = header[:24] + checksum.to_bytes(2, "big") + header[26:]
+        prefix = (
+            header[:IPV4_CHECKSUM_AT] + checksum.to_bytes(2, "big") + header[IPV4_CHECKSUM_AT + 2 :]
+        )
         if len(self._prefixes) >= _PREFIX_CACHE:
             self._prefixes.clear()
         self._prefixes[(dst_mac, dst_ip, tos, total)] = prefix
@@ -154,7 +156,7 @@ def parse(frame: bytes) -> Arrival | None:
     """Split a received frame; None for traffic that is not FORGIVE's, MalformedFrame for broken FORGIVE frames.
 
     A frame is FORGIVE's when it is unfragmented IPv4 without options (as
-    shared/protocol.md section 1 has it) carrying UDP to port 17991. Anything
+    docs/protocol.md, "Packets", has it) carrying UDP to port 17991. Anything
     else on the link (ARP, IPv6, other UDP) is simply not ours. One unpack
     reads every header field, since this runs once per received packet.
     """
@@ -163,9 +165,9 @@ def parse(frame: bytes) -> Arrival | None:
     (src_mac, ethertype, ver_ihl, tos, total, _, frag, _, proto, _, src_ip, dst_ip, sport, dport,
      udp_len) = _RX_HEADERS.unpack_from(frame)  # fmt: skip
     if (
-        ethertype != ETH_P_IP
+        ethertype != ETHERTYPE_IPV4
         or ver_ihl != 0x45
-        or proto != _PROTO_UDP
+        or proto != IPPROTO_UDP
         or frag & 0x3FFF
         or dport != FORGIVE_UDP_PORT
     ):
@@ -177,7 +179,7 @@ def parse(frame: bytes) -> Arrival | None:
     if udp_len != total - IPV4_LEN:
         raise MalformedFrame(f"UDP length {udp_len}, IPv4 says {total - IPV4_LEN}")
     return Arrival(
-        src_mac, src_ip, dst_ip, tos >> 2, (tos & 3) == ECN_CE, sport,
+        src_mac, src_ip, dst_ip, tos >> 2, (tos & ECN_MASK) == ECN_CE, sport,
         memoryview(frame)[HEADERS_LEN : ETH_LEN + total],
     )  # fmt: skip
 
@@ -201,7 +203,18 @@ def arp_frame(
 ) -> bytes:
     """An Ethernet/IPv4 ARP request or reply (padded to the 60-byte Ethernet minimum)."""
     body = _ARP.pack(
-        dst_mac, src_mac, ETH_P_ARP, 1, ETH_P_IP, 6, 4, op, src_mac, src_ip, target_mac, target_ip
+        dst_mac,
+        src_mac,
+        ETH_P_ARP,
+        1,
+        ETHERTYPE_IPV4,
+        6,
+        4,
+        op,
+        src_mac,
+        src_ip,
+        target_mac,
+        target_ip,
     )
     return body + bytes(60 - len(body))
 
@@ -211,6 +224,9 @@ def parse_arp(frame: bytes) -> ArpMessage | None:
     if len(frame) < _ARP.size or frame[12:14] != b"\x08\x06":
         return None
     _, _, _, htype, ptype, hlen, plen, op, smac, sip, _, tip = _ARP.unpack_from(frame)
-    if (htype, ptype, hlen, plen) != (1, ETH_P_IP, 6, 4) or op not in (ARP_REQUEST, ARP_REPLY):
+    if (htype, ptype, hlen, plen) != (1, ETHERTYPE_IPV4, 6, 4) or op not in (
+        ARP_REQUEST,
+        ARP_REPLY,
+    ):
         return None
     return ArpMessage(op, smac, sip, tip)

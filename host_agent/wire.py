@@ -1,8 +1,12 @@
-"""The FORGIVE transport header (FTH) and the UDP framing it rides in.
+"""The FORGIVE transport header (FTH) and the Ethernet/IPv4/UDP framing it rides in.
 
-The layout is fixed by shared/protocol.md section 1. Decoding validates every
-field that a receive loop relies on, so a malformed packet turns into one typed
-error that the loop counts, never into a half-applied state change.
+The layout is fixed by docs/protocol.md ("Packets"). This is the one place its
+numbers are written down: the host agent, the switch model and the PTF suite
+import them, and p4src/include/constants.p4 and headers.p4 state the same
+numbers for the P4 program (tests/test_p4_constants.py holds the two to each
+other). Decoding validates every field that a receive loop relies on, so a
+malformed packet turns into one typed error that the loop counts, never into a
+half-applied state change.
 """
 
 from __future__ import annotations
@@ -11,13 +15,60 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 
+ETH_LEN = 14
+IPV4_LEN = 20
+"""Without options, the only IPv4 header FORGIVE sends or a switch forwards intact."""
+UDP_LEN = 8
+FTH_LEN = 16
+HEADERS_LEN = ETH_LEN + IPV4_LEN + UDP_LEN
+"""Bytes in front of the FTH on every FORGIVE frame (42)."""
+TRIMMED_FRAME_LEN = HEADERS_LEN + FTH_LEN
+"""A trimmed packet on the wire: Ethernet, IPv4, UDP and FTH (58 bytes)."""
+TRIMMED_IPV4_TOTAL_LEN = TRIMMED_FRAME_LEN - ETH_LEN
+TRIMMED_UDP_LEN = UDP_LEN + FTH_LEN
+
+ETHERTYPE_IPV4 = 0x0800
+IPPROTO_UDP = 17
+IPV4_IHL_NO_OPTIONS = 5
 FORGIVE_UDP_PORT = 17991
 FTH_VERSION = 1
-FTH_LEN = 16
 PACKET_BYTES = 4096
 """Largest DATA payload, and so the largest range one trim can report."""
-TRIMMED_FRAME_LEN = 14 + 20 + 8 + FTH_LEN
-"""A trimmed packet on the wire: Ethernet, IPv4, UDP and FTH (58 bytes)."""
+
+# IPv4 ECN codepoints (RFC 3168), the low two bits of the TOS byte.
+ECN_NOT_ECT = 0
+ECN_ECT0 = 2
+ECN_CE = 3
+ECN_MASK = 0x03
+
+# Where each field starts, in bytes from the start of the Ethernet frame. Fields narrower
+# than a byte share one: version/IHL, DSCP/ECN (the TOS byte), FTH version/opcode.
+ETH_DST_AT = 0
+ETH_SRC_AT = 6
+ETH_TYPE_AT = 12
+IPV4_AT = ETH_LEN
+IPV4_VERSION_IHL_AT = IPV4_AT
+IPV4_TOS_AT = IPV4_AT + 1
+IPV4_TOTAL_LEN_AT = IPV4_AT + 2
+IPV4_IDENTIFICATION_AT = IPV4_AT + 4
+IPV4_FLAGS_FRAG_AT = IPV4_AT + 6
+IPV4_TTL_AT = IPV4_AT + 8
+IPV4_PROTOCOL_AT = IPV4_AT + 9
+IPV4_CHECKSUM_AT = IPV4_AT + 10
+IPV4_SRC_AT = IPV4_AT + 12
+IPV4_DST_AT = IPV4_AT + 16
+UDP_AT = IPV4_AT + IPV4_LEN
+UDP_SRC_PORT_AT = UDP_AT
+UDP_DST_PORT_AT = UDP_AT + 2
+UDP_LENGTH_AT = UDP_AT + 4
+UDP_CHECKSUM_AT = UDP_AT + 6
+FTH_AT = UDP_AT + UDP_LEN
+FTH_VERSION_OPCODE_AT = FTH_AT
+FTH_FLAGS_AT = FTH_AT + 1
+FTH_LENGTH_AT = FTH_AT + 2
+FTH_FLOW_ID_AT = FTH_AT + 4
+FTH_SEQ_AT = FTH_AT + 8
+FTH_AUX_AT = FTH_AT + 12
 
 FTH_STRUCT = struct.Struct("!BBHIII")
 
@@ -39,7 +90,7 @@ class Flag(IntFlag):
 
 
 class Dscp(IntEnum):
-    """Traffic classes carried in the IPv4 DSCP (shared/protocol.md section 3)."""
+    """Traffic classes carried in the IPv4 DSCP (docs/protocol.md, "Packets")."""
 
     OTHER = 0
     GRADIENT = 10
@@ -56,7 +107,15 @@ _DATA, _NACK, _CNP = int(Opcode.DATA), int(Opcode.NACK), int(Opcode.CNP)
 
 
 class MalformedPacket(ValueError):
-    """A packet that is too short, of another version or opcode, or whose lengths disagree."""
+    """A packet that is too short, of another version or opcode, or whose lengths disagree.
+
+    `reason` names the check that failed in a word the cores count packets under:
+    "short", "bad_header", or "out_of_range" for a DATA range past the flow's length.
+    """
+
+    def __init__(self, message: str, reason: str = "bad_header") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +163,9 @@ def check_fields(
         if length == 0 or length > PACKET_BYTES:
             raise MalformedPacket(f"DATA length {length} outside 1..{PACKET_BYTES}")
         if seq + length > aux:
-            raise MalformedPacket(f"DATA range [{seq}, {seq + length}) beyond flow length {aux}")
+            raise MalformedPacket(
+                f"DATA range [{seq}, {seq + length}) beyond flow length {aux}", "out_of_range"
+            )
         expected = 0 if flags & _TRIMMED else length
         if payload_len != expected:
             raise MalformedPacket(
@@ -122,10 +183,26 @@ def check_fields(
         raise MalformedPacket("NACK of an empty range")
 
 
+Fields = tuple[int, int, int, int, int, int]
+"""(opcode, flags, length, flow_id, seq, aux): the FTH as plain ints, for per-packet paths."""
+
+
+def peek(buf: bytes | bytearray | memoryview) -> Fields:
+    """The FTH fields of a buffer that starts at the FTH, without checking them.
+
+    For code above the cores that must route or account a packet the cores
+    validate themselves; MalformedPacket only when there is no FTH at all.
+    """
+    if len(buf) < FTH_LEN:
+        raise MalformedPacket(f"{len(buf)} bytes, shorter than the {FTH_LEN}-byte FTH")
+    vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
+    return vo & 0x0F, flags, length, flow_id, seq, aux
+
+
 def decode(buf: bytes | bytearray | memoryview) -> tuple[Fth, memoryview]:
     """Split a buffer that starts at the FTH into the header and its payload."""
     if len(buf) < FTH_LEN:
-        raise MalformedPacket(f"{len(buf)} bytes, shorter than the {FTH_LEN}-byte FTH")
+        raise MalformedPacket(f"{len(buf)} bytes, shorter than the {FTH_LEN}-byte FTH", "short")
     vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
     check_fields(vo >> 4, vo & 0x0F, flags, length, seq, aux, len(buf) - FTH_LEN)
     header = Fth(Opcode(vo & 0x0F), Flag(flags), length, flow_id, seq, aux)

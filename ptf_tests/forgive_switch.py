@@ -26,9 +26,10 @@ from scapy.packet import Packet, Raw
 
 from host_agent.scapy_layer import FTH
 from host_agent.wire import FORGIVE_UDP_PORT, PACKET_BYTES, TRIMMED_FRAME_LEN, Dscp, Flag, Opcode
-from ptf_tests.p4rt import SwitchSession, Thresholds
+from ptf_tests.p4rt import SwitchSession
 from ptf_tests.p4rt_tna import TnaSwitchSession
 from ptf_tests.targets import PRIO_LOW, TARGETS, Endpoint
+from switch_model.surface import Thresholds
 
 SWITCH_MAC = "00:00:5e:00:53:01"
 HOST_MAC = "02:00:00:00:00:01"

@@ -19,12 +19,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from controller import DEVICE_CONFIG, P4INFO
+from switch_model.port import PRIO_LOW
 from topologies.processes import stop_process
-
-PRIO_LOW = 0
-"""The data queue. BMv2's priority queueing serves the highest value first."""
-PRIO_HIGH = 1
-"""Transport control and trimmed headers."""
 
 
 @dataclass(frozen=True)

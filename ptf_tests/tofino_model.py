@@ -26,7 +26,8 @@ from typing import ClassVar
 from controller.bfrt_tm import TmSession, TmUnavailable, bfrt_client
 from controller.tofino import QID_HIGH, QID_LOW, cells
 from controller.tofino_pipeline import CHIPS, device_config_path, p4info_path
-from ptf_tests.targets import PRIO_HIGH, PRIO_LOW, SwitchTarget, register, wait_for_listen
+from ptf_tests.targets import SwitchTarget, register, wait_for_listen
+from switch_model.port import PRIO_HIGH, PRIO_LOW
 from topologies.processes import stop_process
 
 SKIP_P4_CONF = Path("share/p4/targets/tofino/tofino_skip_p4.conf")

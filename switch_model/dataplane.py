@@ -1,9 +1,14 @@
 """The packet loop: raw AF_PACKET sockets on real interfaces, one thread, paced egress.
 
-One thread owns every socket and queue, so the hot path takes no lock: epoll
-wakes it for received frames or when the earliest paced port may send again,
-it drains each readable socket in a bounded batch through the pipeline, then
-serves every busy port in strict priority up to its line rate.
+This is the wall-clock engine around the pure pipeline and port model: one
+thread owns every socket and queue, so the hot path takes no lock. epoll wakes
+it for received frames or when the earliest busy port may send again; it
+drains each readable socket in a bounded batch through the pipeline, then
+serves every busy port for as long as its port model lets frames leave.
+
+Frames the kernel drops because a port's socket buffer is full never reach
+the pipeline; the socket counts them (PACKET_STATISTICS) and `stats` reports
+them among the refused frames.
 """
 
 from __future__ import annotations
@@ -12,19 +17,26 @@ import errno
 import logging
 import select
 import socket
+import struct
 import threading
 import time
+from collections import Counter
 
+from switch_model.counters import NUM_PORTS, CounterArrays
 from switch_model.pipeline import Pipeline
-from switch_model.queues import EgressPort, PortCounters
+from switch_model.port import PRIO_HIGH, PRIO_LOW, EgressPort
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
+PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
+_TPACKET_STATS = struct.Struct("II")
+"""struct tpacket_stats: packets, drops since the last read (reading resets both)."""
 RX_BATCH = 64
 MAX_FRAME = 65536
 IDLE_WAKE_S = 0.05
 SOCKET_BUFFER = 8 << 20
+SOCKET_DROP = "socket buffer full"
 
 log = logging.getLogger(__name__)
 
@@ -44,29 +56,42 @@ def open_port_socket(ifname: str) -> socket.socket:
     return sock
 
 
+def socket_drops(sock: socket.socket) -> int:
+    """Frames the kernel dropped for want of buffer on `sock` since the last call."""
+    _, drops = _TPACKET_STATS.unpack(
+        sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, _TPACKET_STATS.size)
+    )
+    return drops
+
+
 class Dataplane:
-    def __init__(self, interfaces: dict[int, str], counter_size: int = 512, seed=None):
-        self.ports = {n: EgressPort(n, name) for n, name in interfaces.items()}
-        self.counters = PortCounters(counter_size)
+    def __init__(self, interfaces: dict[int, str], counter_size: int = NUM_PORTS, seed=None):
+        self.ifnames = dict(interfaces)
+        self.ports = {n: EgressPort(n) for n in interfaces}
+        self.sockets: dict[int, socket.socket] = {}
+        self.counters = CounterArrays(counter_size)
         self.pipeline = Pipeline(self.ports, self.counters, seed)
         self.rx_frames = 0
+        self.socket_drops: Counter[int] = Counter()
+        """Per port, frames its socket dropped before the pipeline saw them."""
+        self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def open(self) -> None:
         """Bind every port's socket, failing on the first interface that does not exist."""
         try:
-            for port in self.ports.values():
-                port.sock = open_port_socket(port.ifname)
+            for number, ifname in self.ifnames.items():
+                self.sockets[number] = open_port_socket(ifname)
         except OSError as err:
             self.close()
-            raise OSError(f"cannot open interface {port.ifname}: {err.strerror}") from err
+            raise OSError(f"cannot open interface {ifname}: {err.strerror}") from err
 
     def close(self) -> None:
-        for port in self.ports.values():
-            if port.sock is not None:
-                port.sock.close()
-                port.sock = None
+        with self._stats_lock:
+            for sock in self.sockets.values():
+                sock.close()
+            self.sockets.clear()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="dataplane", daemon=True)
@@ -100,9 +125,9 @@ class Dataplane:
     def run(self) -> None:
         poller = select.epoll()
         by_fd = {}
-        for port in self.ports.values():
-            poller.register(port.sock.fileno(), select.EPOLLIN)
-            by_fd[port.sock.fileno()] = port.sock
+        for sock in self.sockets.values():
+            poller.register(sock.fileno(), select.EPOLLIN)
+            by_fd[sock.fileno()] = sock
         buf = bytearray(MAX_FRAME)
         process = self.pipeline.process
         busy: set[EgressPort] = set()
@@ -111,9 +136,11 @@ class Dataplane:
             while not self._stop.is_set():
                 timeout = IDLE_WAKE_S
                 if busy:
-                    due = min(p.next_due() for p in busy)
+                    due = min(p.next_departure() for p in busy)
                     timeout = min(IDLE_WAKE_S, max(0.0, due - monotonic()))
-                for fd, _ in poller.poll(timeout):
+                events = poller.poll(timeout)
+                now = monotonic()
+                for fd, _ in events:
                     recv_into = by_fd[fd].recv_into
                     for _ in range(RX_BATCH):
                         try:
@@ -123,7 +150,7 @@ class Dataplane:
                         except OSError as err:
                             self._receive_failed(poller, fd, err)
                             break
-                        port = process(buf[:n])
+                        port = process(buf[:n], now)
                         self.rx_frames += 1
                         if port is not None:
                             busy.add(port)
@@ -135,7 +162,8 @@ class Dataplane:
     def _receive_failed(self, poller: select.epoll, fd: int, err: OSError) -> None:
         """A link going down is transient; an interface that is gone stops being polled
         (it would wake the loop for ever) while the other ports go on."""
-        name = next(p.ifname for p in self.ports.values() if p.sock and p.sock.fileno() == fd)
+        number = next(n for n, s in self.sockets.items() if s.fileno() == fd)
+        name = self.ifnames[number]
         if err.errno in (errno.ENODEV, errno.ENXIO):
             log.error("interface %s is gone: no longer receiving on it", name)
             poller.unregister(fd)
@@ -143,39 +171,49 @@ class Dataplane:
             log.warning("receive on %s failed: %s", name, err)
 
     def _transmit(self, busy: set[EgressPort], now: float) -> None:
-        counters = self.counters
+        egress = self.pipeline.egress
         for port in list(busy):
-            send = port.sock.send
             number = port.number
-            while (item := port.pop_due(now)) is not None:
+            send = self.sockets[number].send
+            while (item := port.dequeue(now)) is not None:
                 frame, received = item
                 # counted before it leaves, as the egress pipeline counts on BMv2
-                counters.tx_packets[number] += 1
-                counters.tx_bytes[number] += received
+                egress(number, received)
                 try:
                     send(frame)
                 except OSError as err:
-                    log.debug("send on %s failed: %s", port.ifname, err)
-                    counters.tx_packets[number] -= 1
-                    counters.tx_bytes[number] -= received
-                    counters.drops[number] += 1
-            if not port.high and not port.low:
+                    log.debug("send on %s failed: %s", self.ifnames[number], err)
+                    self.pipeline.not_sent(number, received)
+            if port.empty:
                 busy.discard(port)
 
+    def _collect_socket_drops(self) -> None:
+        with self._stats_lock:
+            for number, sock in self.sockets.items():
+                if sock.fileno() >= 0:
+                    self.socket_drops[number] += socket_drops(sock)
+
     def stats(self) -> dict:
-        """Occupancy and drop reasons for the control channel; the P4 counters go over P4Runtime."""
+        """Occupancy and every refused frame by reason, for the control channel; the P4
+        counters go over P4Runtime."""
+        self._collect_socket_drops()
+        dropped = dict(self.pipeline.dropped)
+        lost = sum(self.socket_drops.values())
+        if lost:
+            dropped[SOCKET_DROP] = lost
         return {
             "rx_frames": self.rx_frames,
-            "dropped": dict(self.pipeline.dropped),
+            "dropped": dropped,
             "ports": {
                 str(n): {
-                    "ifname": p.ifname,
+                    "ifname": self.ifnames[n],
                     "rate_bps": p.rate_bps,
-                    "queue_pps": {"low": p.pps[0], "high": p.pps[1]},
+                    "queue_pps": {"low": p.pps[PRIO_LOW], "high": p.pps[PRIO_HIGH]},
                     "low_capacity": p.low_capacity,
                     "high_capacity": p.high_capacity,
                     "low_bytes": p.low_bytes,
                     "high_bytes": p.high_bytes,
+                    "socket_drops": self.socket_drops[n],
                 }
                 for n, p in self.ports.items()
             },

@@ -1,9 +1,19 @@
-"""The per-packet decisions of forgive.p4: parse, route, choose a queue, trim or mark.
+"""forgive.p4 in Python, block by block, so that the two read side by side.
 
-`Pipeline.process` takes one received frame and either drops it (counting why)
-or rewrites it in place and hands it to the egress port's high or low queue.
-It mirrors the P4 program step by step so the two targets agree packet by
-packet; the sockets and the pacing live in `ports`.
+`Pipeline` has a method per block of the P4 program: `parse` (MyParser, with
+MyVerifyChecksum's verdict), `ingress` (MyIngress's apply block, in its order),
+the actions `drop`, `set_nhop`, `choose_ecmp_member`, `drop_at_port`,
+`send_high`, `trim`, `mark_ce` and `admit_low`, and `egress` (MyEgress). The
+three tables are applied through the `Forwarding` snapshot
+(`switch_model.tables`), whose routes are tagged by the action they run. What
+sits between ingress and egress on a target, the traffic manager, is the
+port model (`switch_model.port`); MyComputeChecksum runs as a frame is handed
+to it, since egress rewrites no header. Header offsets and numbers come from
+`host_agent.wire`, which p4src/include/*.p4 mirror.
+
+The model refuses a frame for the same reasons as the program, and counts
+each in `dropped` by reason; those that had an egress port are also in
+`port_drops` there, as in the program.
 """
 
 from __future__ import annotations
@@ -11,142 +21,281 @@ from __future__ import annotations
 import random
 import struct
 from collections import Counter
+from dataclasses import dataclass
 
-from host_agent.wire import FORGIVE_UDP_PORT, FTH_LEN, FTH_VERSION, TRIMMED_FRAME_LEN, Flag, Opcode
+from host_agent.wire import (
+    ECN_CE,
+    ECN_MASK,
+    ECN_NOT_ECT,
+    ETH_DST_AT,
+    ETH_LEN,
+    ETH_SRC_AT,
+    ETH_TYPE_AT,
+    ETHERTYPE_IPV4,
+    FORGIVE_UDP_PORT,
+    FTH_AT,
+    FTH_FLAGS_AT,
+    FTH_LEN,
+    FTH_VERSION,
+    FTH_VERSION_OPCODE_AT,
+    IPPROTO_UDP,
+    IPV4_AT,
+    IPV4_CHECKSUM_AT,
+    IPV4_DST_AT,
+    IPV4_IHL_NO_OPTIONS,
+    IPV4_LEN,
+    IPV4_SRC_AT,
+    IPV4_TOS_AT,
+    IPV4_TOTAL_LEN_AT,
+    IPV4_TTL_AT,
+    TRIMMED_FRAME_LEN,
+    TRIMMED_IPV4_TOTAL_LEN,
+    TRIMMED_UDP_LEN,
+    UDP_AT,
+    UDP_LEN,
+    UDP_LENGTH_AT,
+    Flag,
+    Opcode,
+)
+from switch_model.counters import CounterArrays
 from switch_model.crc16 import crc16
-from switch_model.queues import EgressPort
-from switch_model.tables import Forwarding
+from switch_model.port import EgressPort
+from switch_model.surface import PMAX_ONE, Thresholds
+from switch_model.tables import EcmpGroup, Forwarding, NextHop
 
-ETH_LEN = 14
-IPV4_LEN = 20
-UDP_LEN = 8
-PROTO_UDP = 17
-ECN_CE = 3
-PMAX_ONE = 1 << 16
-
-FTH_OFFSET = ETH_LEN + IPV4_LEN + UDP_LEN
-_L3 = struct.Struct("!12xHBBH4xBBH4s4s")
-_UDP = struct.Struct("!HHH")
+_ETHERTYPE_IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
+_IPV4 = struct.Struct("!BBH4xBB")
+"""version/IHL, TOS (DSCP and ECN), total length, ..., TTL, protocol: from IPV4_AT."""
+_PORTS = struct.Struct("!HH")
 _IP_WORDS = struct.Struct("!10H")
-_HASH_FIELDS = struct.Struct("!4s4sBHH")
 _U16 = struct.Struct("!H")
+_HASH_TAIL = struct.Struct("!BHH")
+"""protocol and the two L4 ports, after srcAddr and dstAddr, as choose_ecmp_member hashes them."""
 _TRIMMED_UDP = struct.Struct("!HH")
+_DATA = int(Opcode.DATA)
+_TRIMMED = int(Flag.TRIMMED)
 
 
 def ipv4_checksum(frame: bytearray) -> None:
-    """Recompute the IPv4 header checksum in place, as the P4 deparser does."""
-    frame[24:26] = b"\0\0"
-    total = sum(_IP_WORDS.unpack_from(frame, ETH_LEN))
+    """Recompute the IPv4 header checksum in place (MyComputeChecksum, csum16)."""
+    frame[IPV4_CHECKSUM_AT : IPV4_CHECKSUM_AT + 2] = b"\0\0"
+    total = sum(_IP_WORDS.unpack_from(frame, IPV4_AT))
     total = (total & 0xFFFF) + (total >> 16)
     total = (total & 0xFFFF) + (total >> 16)
-    _U16.pack_into(frame, 24, ~total & 0xFFFF)
+    _U16.pack_into(frame, IPV4_CHECKSUM_AT, ~total & 0xFFFF)
 
 
 def ipv4_checksum_ok(frame: bytearray) -> bool:
-    """verify_checksum(csum16) over the 20-byte header as received."""
-    total = sum(_IP_WORDS.unpack_from(frame, ETH_LEN))
+    """MyVerifyChecksum: csum16 over the 20-byte header as received."""
+    total = sum(_IP_WORDS.unpack_from(frame, IPV4_AT))
     total = (total & 0xFFFF) + (total >> 16)
     total = (total & 0xFFFF) + (total >> 16)
     return total == 0xFFFF
 
 
-def ecmp_member(src: bytes, dst: bytes, proto: int, sport: int, dport: int, members: int) -> int:
-    """hash(crc16, base 0, max members) over the P4 program's five fields, as BMv2 computes it."""
-    return crc16(_HASH_FIELDS.pack(src, dst, proto, sport, dport)) % members
+@dataclass(slots=True)
+class Headers:
+    """What ingress reads of a parsed packet with a valid IPv4 header: fields of hdr.ipv4,
+    meta.l4_*_port, and the booleans the program's apply block starts with."""
+
+    tos: int
+    ttl: int
+    protocol: int
+    dst: int
+    l4_src_port: int
+    l4_dst_port: int
+    is_data: bool
+    """FTH DATA not yet trimmed: may be trimmed or marked."""
+    is_control: bool
+    """Any other FTH packet (ACK, NACK, CNP, trimmed DATA): the high queue."""
+    malformed: bool
+    """A parser error (IPv4 options, a header cut short, FTH version) or a bad checksum."""
 
 
 class Pipeline:
-    """Ingress and queue admission of the FORGIVE switch for one set of ports."""
+    """forgive.p4 for one switch: the ports' queues, the program's counters, the tables."""
 
-    def __init__(self, ports: dict[int, EgressPort], counters, seed: int | None = None):
+    def __init__(
+        self, ports: dict[int, EgressPort], counters: CounterArrays, seed: int | None = None
+    ):
         self.ports = ports
         self.counters = counters
         self.forwarding = Forwarding()
+        """Replaced whole by the P4Runtime server after every write."""
         self.dropped: Counter[str] = Counter()
         """Every frame refused, by reason. Those refused before routing (no egress port) are
         in no P4 counter; the others are also in port_drops of their egress port."""
         self._draw = random.Random(seed).randrange
 
-    def process(self, frame: bytearray) -> EgressPort | None:
-        """Admit `frame` to an egress queue (returning that port) or drop it (returning None).
+    def process(self, frame: bytearray, now: float) -> EgressPort | None:
+        """Take in one received frame: the port whose queue it joined, or None if dropped."""
+        hdr = self.parse(frame)
+        if hdr is None:
+            ipv4 = frame[ETH_TYPE_AT : ETH_TYPE_AT + 2] == _ETHERTYPE_IPV4
+            return self.drop("short frame" if ipv4 or len(frame) < ETH_LEN else "not IPv4")
+        return self.ingress(frame, hdr, now)
 
-        The steps and their order are forgive.p4's: parse (a parser error does
-        not stop the packet), verify the IPv4 checksum, route, then drop a
-        routed packet that is malformed or expiring and count it at its egress
-        port, then queue, trim or mark.
+    # -- MyParser, MyVerifyChecksum -------------------------------------------------
+
+    @staticmethod
+    def parse(frame: bytearray) -> Headers | None:
+        """Ethernet, IPv4, UDP, FTH; None when there is no valid IPv4 header.
+
+        As on BMv2, a parser error does not stop the packet: the headers
+        extracted so far stay valid and the error is only noted (`malformed`).
         """
         size = len(frame)
-        drop = self.dropped
-        if size < ETH_LEN + IPV4_LEN or frame[12:14] != b"\x08\x00":
-            ipv4 = frame[12:14] == b"\x08\x00"
-            drop["short frame" if ipv4 or size < ETH_LEN else "not IPv4"] += 1
+        # state start: Ethernet, then IPv4 by EtherType
+        if size < IPV4_AT + IPV4_LEN or frame[ETH_TYPE_AT : ETH_TYPE_AT + 2] != _ETHERTYPE_IPV4:
             return None
-        _, vihl, tos, _, ttl, proto, _, src, dst = _L3.unpack_from(frame)
-        parser_error = vihl & 0x0F != 5
+        # state parse_ipv4
+        version_ihl, tos, _, ttl, protocol = _IPV4.unpack_from(frame, IPV4_AT)
+        dst = int.from_bytes(frame[IPV4_DST_AT : IPV4_DST_AT + 4], "big")
+        error = version_ihl & 0x0F != IPV4_IHL_NO_OPTIONS
         sport = dport = 0
-        opcode = -1
-        flags = 0
-        if not parser_error and proto == PROTO_UDP:
-            if size < FTH_OFFSET:
-                parser_error = True
+        is_data = is_control = False
+        if not error and protocol == IPPROTO_UDP:
+            # state parse_udp
+            if size < UDP_AT + UDP_LEN:
+                error = True
             else:
-                sport, dport, _ = _UDP.unpack_from(frame, ETH_LEN + IPV4_LEN)
+                sport, dport = _PORTS.unpack_from(frame, UDP_AT)
                 if dport == FORGIVE_UDP_PORT:
-                    if size < FTH_OFFSET + FTH_LEN:
-                        parser_error = True
+                    # state parse_fth
+                    if size < FTH_AT + FTH_LEN:
+                        error = True
                     else:
-                        vo = frame[FTH_OFFSET]
-                        opcode = vo & 0x0F
-                        flags = frame[FTH_OFFSET + 1]
-                        parser_error = vo >> 4 != FTH_VERSION
-        malformed = parser_error or not ipv4_checksum_ok(frame)
+                        version_opcode = frame[FTH_VERSION_OPCODE_AT]
+                        error = version_opcode >> 4 != FTH_VERSION
+                        is_data = (
+                            version_opcode & 0x0F == _DATA and not frame[FTH_FLAGS_AT] & _TRIMMED
+                        )
+                        is_control = not is_data
+        return Headers(
+            tos,
+            ttl,
+            protocol,
+            dst,
+            sport,
+            dport,
+            is_data,
+            is_control,
+            error or not ipv4_checksum_ok(frame),
+        )
+
+    # -- MyIngress ------------------------------------------------------------------
+
+    def ingress(self, frame: bytearray, hdr: Headers, now: float) -> EgressPort | None:
+        """The apply block: route, then drop, queue high, trim, mark or admit low."""
         fwd = self.forwarding
-        route = fwd.route(int.from_bytes(dst, "big"))
-        if route[0] == 2:
-            if route[2] == 0:
-                drop["empty ECMP group"] += 1
-                return None
-            member = ecmp_member(src, dst, proto, sport, dport, route[2])
-            route = fwd.ecmp.get((route[1], member), fwd.ecmp_default)
-        if route[0] != 1:
-            drop["no route"] += 1
-            return None
-        eport = route[2]
-        counters = self.counters
-        if ttl <= 1 or malformed:
-            counters.drops[eport] += 1
-            drop["TTL expired" if ttl <= 1 and not malformed else "malformed"] += 1
-            return None
-        port = self.ports.get(eport)
-        if port is None:
-            drop["no such port"] += 1
-            return None
-        frame[6:12] = frame[0:6]
-        frame[0:6] = route[1]
-        frame[22] = ttl - 1
-        high = opcode >= 0 and (opcode != Opcode.DATA or flags & Flag.TRIMMED)
-        if not high:
-            th = fwd.thresholds.get(eport, fwd.thresholds_default)
-            if th is not None:
-                occ = port.low_bytes
-                if occ + size > th[0]:
-                    if opcode < 0:
-                        counters.drops[eport] += 1
-                        return None
-                    del frame[TRIMMED_FRAME_LEN:]
-                    frame[FTH_OFFSET + 1] = flags | Flag.TRIMMED
-                    _U16.pack_into(frame, 16, TRIMMED_FRAME_LEN - ETH_LEN)
-                    _TRIMMED_UDP.pack_into(frame, ETH_LEN + IPV4_LEN + 4, UDP_LEN + FTH_LEN, 0)
-                    counters.trims[eport] += 1
-                    high = True
-                elif opcode == Opcode.DATA and tos & 3 and tos & 3 != ECN_CE and occ >= th[1]:
-                    kmin, kmax = th[1], th[2]
-                    if occ >= kmax or self._draw(PMAX_ONE) * (kmax - kmin) < th[3] * (occ - kmin):
-                        frame[15] = tos | ECN_CE
-                        counters.ce_marks[eport] += 1
+        route = fwd.ipv4_lpm(hdr.dst)
+        if route.__class__ is EcmpGroup:
+            if route.num_members == 0:
+                return self.drop("empty ECMP group")
+            member = self.choose_ecmp_member(frame, hdr, route.num_members)
+            route = fwd.ecmp_nhop(route.group_id, member)
+        if route.__class__ is not NextHop:
+            return self.drop("no route")
+        port = route.port
+        if hdr.ttl <= 1 or hdr.malformed:
+            return self.drop_at_port(port, "malformed" if hdr.malformed else "TTL expired")
+        egress = self.ports.get(port)
+        if egress is None:
+            return self.drop("no such port")
+        self.set_nhop(frame, route, hdr)
+        if hdr.is_control:
+            return self.send_high(frame, egress, now)
+        th = fwd.port_thresholds(port)
+        if th is None:
+            return self.admit_low(frame, egress, now)
+        occupancy = egress.low_bytes
+        if occupancy + len(frame) > th.data_queue_bytes:
+            if hdr.is_data:
+                return self.trim(frame, egress, now)
+            return self.drop_at_port(port, "data queue full")
+        ecn = hdr.tos & ECN_MASK
+        if (
+            hdr.is_data
+            and ecn != ECN_NOT_ECT
+            and ecn != ECN_CE
+            and occupancy >= th.ecn_kmin
+            and (occupancy >= th.ecn_kmax or self.red_draw(th, occupancy))
+        ):
+            self.mark_ce(frame, hdr, port)
+        return self.admit_low(frame, egress, now)
+
+    def drop(self, reason: str) -> None:
+        """mark_to_drop, for a packet without an egress port: counted only in `dropped`."""
+        self.dropped[reason] += 1
+
+    def set_nhop(self, frame: bytearray, nhop: NextHop, hdr: Headers) -> None:
+        frame[ETH_SRC_AT : ETH_SRC_AT + 6] = frame[ETH_DST_AT : ETH_DST_AT + 6]
+        frame[ETH_DST_AT : ETH_DST_AT + 6] = nhop.dmac
+        frame[IPV4_TTL_AT] = hdr.ttl - 1
+
+    @staticmethod
+    def choose_ecmp_member(frame: bytearray, hdr: Headers, num_members: int) -> int:
+        """hash(crc16, base 0, max num_members) over srcAddr, dstAddr, protocol and the L4
+        ports, as BMv2 computes it."""
+        fields = frame[IPV4_SRC_AT : IPV4_DST_AT + 4] + _HASH_TAIL.pack(
+            hdr.protocol, hdr.l4_src_port, hdr.l4_dst_port
+        )
+        return crc16(fields) % num_members
+
+    def drop_at_port(self, port: int, reason: str) -> None:
+        """Malformed, expired or over-budget: counted in port_drops of its egress port."""
+        self.counters.drops[port] += 1
+        self.dropped[reason] += 1
+
+    def send_high(self, frame: bytearray, egress: EgressPort, now: float) -> EgressPort | None:
+        return self._enqueue(frame, len(frame), egress, True, now)
+
+    def trim(self, frame: bytearray, egress: EgressPort, now: float) -> EgressPort | None:
+        """Cut to Ethernet/IPv4/UDP/FTH; the FTH length stays: it names the lost range. The
+        UDP checksum no longer covers the payload, so it becomes 0 (none)."""
+        received = len(frame)
+        del frame[TRIMMED_FRAME_LEN:]
+        frame[FTH_FLAGS_AT] |= _TRIMMED
+        _U16.pack_into(frame, IPV4_TOTAL_LEN_AT, TRIMMED_IPV4_TOTAL_LEN)
+        _TRIMMED_UDP.pack_into(frame, UDP_LENGTH_AT, TRIMMED_UDP_LEN, 0)
+        self.counters.trims[egress.number] += 1
+        return self._enqueue(frame, received, egress, True, now)
+
+    def red_draw(self, th: Thresholds, occupancy: int) -> bool:
+        """Mark with probability pmax/65536 * (occ-kmin)/(kmax-kmin), as the program draws it:
+        r*(kmax-kmin) < pmax*(occ-kmin), r uniform in 0..65535."""
+        kmin = th.ecn_kmin
+        return self._draw(PMAX_ONE) * (th.ecn_kmax - kmin) < th.ecn_pmax * (occupancy - kmin)
+
+    def mark_ce(self, frame: bytearray, hdr: Headers, port: int) -> None:
+        frame[IPV4_TOS_AT] = hdr.tos | ECN_CE
+        self.counters.ce_marks[port] += 1
+
+    def admit_low(self, frame: bytearray, egress: EgressPort, now: float) -> EgressPort | None:
+        """Into the data queue, whose byte count is the program's low_queue_occupancy."""
+        return self._enqueue(frame, len(frame), egress, False, now)
+
+    def _enqueue(
+        self, frame: bytearray, received: int, egress: EgressPort, high: bool, now: float
+    ) -> EgressPort | None:
+        """MyComputeChecksum, then the traffic manager: a queue whose buffer is full drops."""
         ipv4_checksum(frame)
-        if not port.enqueue(frame, size, high):
-            counters.drops[eport] += 1
-            drop["queue full"] += 1
-            return None
-        return port
+        if egress.enqueue(frame, received, high, now):
+            return egress
+        return self.drop_at_port(egress.number, "buffer full")
+
+    # -- MyEgress -------------------------------------------------------------------
+
+    def egress(self, port: int, received: int) -> None:
+        """port_tx for a frame leaving `port`, in bytes as received (BMv2's counters do the
+        same). release_low is the port model's dequeue."""
+        counters = self.counters
+        counters.tx_packets[port] += 1
+        counters.tx_bytes[port] += received
+
+    def not_sent(self, port: int, received: int) -> None:
+        """The wire refused a frame egress had counted: it was never sent, so a drop."""
+        counters = self.counters
+        counters.tx_packets[port] -= 1
+        counters.tx_bytes[port] -= received
+        self.drop_at_port(port, "send failed")

@@ -1,8 +1,14 @@
-"""The part of forgive.p4 the model implements, checked against a pushed P4Info.
+"""forgive.p4's control surface: every name a controller, a test or the model uses for it.
 
-The model knows its tables, actions and counters only by the names and shapes
-agreed in TEAM.md and docs/dataplane.md; every numeric id it uses comes from
-the P4Info that the controller pushes. A P4Info that renames, reshapes or adds
+The P4 program's tables, actions, counters and register are named here once,
+with the shapes the model implements (key fields, action parameters, counter
+units), and so are the two values that cross the surface: a port's
+`Thresholds` and a port's `PortCounters`. The controller, the PTF suite and
+the switch model all import them from here; docs/dataplane.md describes them.
+
+`load_pipeline` checks a pushed P4Info against this surface. The model knows
+the program only by these names and shapes, and every numeric id it uses comes
+from the P4Info the controller pushes. A P4Info that renames, reshapes or adds
 a table, a table's action or a counter is refused as a whole, so a P4 change
 the model does not follow shows up as a failing SetForwardingPipelineConfig
 instead of a silently wrong switch. Actions no table can run and registers
@@ -11,32 +17,87 @@ cannot be written over P4Runtime here, so they are left alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 from p4.config.v1 import p4info_pb2
 
-LPM_TABLE = "MyIngress.ipv4_lpm"
-ECMP_TABLE = "MyIngress.ecmp_nhop"
-THRESHOLD_TABLE = "MyIngress.port_thresholds"
+INGRESS = "MyIngress"
+EGRESS = "MyEgress"
+"""The program's two controls; every table, action and counter name below is qualified by one."""
 
-SET_NHOP = "MyIngress.set_nhop"
-SET_ECMP_GROUP = "MyIngress.set_ecmp_group"
-DROP = "MyIngress.drop"
-SET_THRESHOLDS = "MyIngress.set_thresholds"
+LPM_TABLE = f"{INGRESS}.ipv4_lpm"
+ECMP_TABLE = f"{INGRESS}.ecmp_nhop"
+THRESHOLD_TABLE = f"{INGRESS}.port_thresholds"
+
+DST_ADDR = "hdr.ipv4.dstAddr"
+ECMP_GROUP_ID = "meta.ecmp_group_id"
+ECMP_MEMBER = "meta.ecmp_member"
+EGRESS_SPEC = "standard_metadata.egress_spec"
+
+SET_NHOP = f"{INGRESS}.set_nhop"
+SET_ECMP_GROUP = f"{INGRESS}.set_ecmp_group"
+DROP = f"{INGRESS}.drop"
+SET_THRESHOLDS = f"{INGRESS}.set_thresholds"
 NO_ACTION = "NoAction"
 
-PORT_TX = "MyEgress.port_tx"
-PORT_CE_MARKS = "MyIngress.port_ce_marks"
-PORT_TRIMS = "MyIngress.port_trims"
-PORT_DROPS = "MyIngress.port_drops"
+PORT_TX = f"{EGRESS}.port_tx"
+PORT_CE_MARKS = f"{INGRESS}.port_ce_marks"
+PORT_TRIMS = f"{INGRESS}.port_trims"
+PORT_DROPS = f"{INGRESS}.port_drops"
+COUNTERS = (PORT_TX, PORT_CE_MARKS, PORT_TRIMS, PORT_DROPS)
+
+LOW_QUEUE_OCCUPANCY = "low_queue_occupancy"
+"""The per-port register of low-queue bytes (diagnostic; nothing writes it over P4Runtime)."""
+
+PMAX_ONE = 1 << 16
+"""`ecn_pmax` of certain marking: the probability is in units of 1/65536."""
+
+
+class Thresholds(NamedTuple):
+    """One managed port's admission limits, the parameters of `set_thresholds` in order.
+
+    Bytes are of frames as received (Ethernet header included, no FCS). A
+    tuple, so the packet loop reads it by position as cheaply as before."""
+
+    data_queue_bytes: int
+    ecn_kmin: int
+    ecn_kmax: int
+    ecn_pmax: int
+    """Marking probability at ecn_kmax in units of 1/65536 (PMAX_ONE = certain)."""
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    """What the program's counters hold for one egress port; sums add field by field."""
+
+    tx_packets: int = 0
+    tx_bytes: int = 0
+    ce_marks: int = 0
+    trims: int = 0
+    drops: int = 0
+
+    def __add__(self, other: PortCounters) -> PortCounters:
+        return PortCounters(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in fields(PortCounters))
+        )
+
+
+COUNTER_FIELDS: dict[str, tuple[str | None, str]] = {
+    PORT_TX: ("tx_bytes", "tx_packets"),
+    PORT_CE_MARKS: (None, "ce_marks"),
+    PORT_TRIMS: (None, "trims"),
+    PORT_DROPS: (None, "drops"),
+}
+"""Per counter, the PortCounters fields its byte and packet counts fill (None: not counted)."""
 
 _MT = p4info_pb2.MatchField
 _CU = p4info_pb2.CounterSpec
 
 TABLE_KEYS: dict[str, tuple[tuple[str, int, int], ...]] = {
-    LPM_TABLE: (("hdr.ipv4.dstAddr", _MT.LPM, 32),),
-    ECMP_TABLE: (("meta.ecmp_group_id", _MT.EXACT, 16), ("meta.ecmp_member", _MT.EXACT, 16)),
-    THRESHOLD_TABLE: (("standard_metadata.egress_spec", _MT.EXACT, 9),),
+    LPM_TABLE: ((DST_ADDR, _MT.LPM, 32),),
+    ECMP_TABLE: ((ECMP_GROUP_ID, _MT.EXACT, 16), (ECMP_MEMBER, _MT.EXACT, 16)),
+    THRESHOLD_TABLE: ((EGRESS_SPEC, _MT.EXACT, 9),),
 }
 """Per table, its key fields in P4Info order: name, match type, bit width."""
 
@@ -51,12 +112,7 @@ ACTION_PARAMS: dict[str, tuple[tuple[str, int], ...]] = {
     SET_NHOP: (("dmac", 48), ("port", 9)),
     SET_ECMP_GROUP: (("group_id", 16), ("num_members", 16)),
     DROP: (),
-    SET_THRESHOLDS: (
-        ("data_queue_bytes", 32),
-        ("ecn_kmin", 32),
-        ("ecn_kmax", 32),
-        ("ecn_pmax", 32),
-    ),
+    SET_THRESHOLDS: tuple((name, 32) for name in Thresholds._fields),
     NO_ACTION: (),
 }
 

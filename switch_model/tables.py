@@ -18,14 +18,35 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from switch_model import surface
-from switch_model.surface import Pipeline, TableInfo
+from switch_model.surface import Pipeline, TableInfo, Thresholds
 
-Route = tuple
-"""(0,) drop; (1, dmac: bytes, port: int) next hop; (2, group: int, members: int) ECMP group."""
-Thresholds = tuple[int, int, int, int]
-"""(data_queue_bytes, ecn_kmin, ecn_kmax, ecn_pmax)."""
 
-DROP_ROUTE: Route = (0,)
+@dataclass(frozen=True, slots=True)
+class NextHop:
+    """An entry running `set_nhop(dmac, port)` (ipv4_lpm or ecmp_nhop)."""
+
+    dmac: bytes
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class EcmpGroup:
+    """An ipv4_lpm entry running `set_ecmp_group(group_id, num_members)`."""
+
+    group_id: int
+    num_members: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """An entry or default running `drop()`: the packet gets no egress port."""
+
+
+DROP = Drop()
+Route = NextHop | EcmpGroup | Drop
+"""What a routing table's hit (or default) runs, tagged by its action."""
+
+
 LPM_CACHE_LIMIT = 1 << 16
 
 _Update = p4runtime_pb2.Update
@@ -40,31 +61,40 @@ class P4RuntimeError(Exception):
         self.message = message
 
 
-def _int(value: bytes, bitwidth: int, what: str) -> int:
+def _int(value: bytes, bitwidth: int, what: str, code: int) -> int:
+    """A P4Runtime bytestring as an integer; `code` is what a bad one earns (P4Runtime gives
+    match fields OUT_OF_RANGE and action parameters INVALID_ARGUMENT)."""
     if not value:
-        raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: empty byte string")
+        raise P4RuntimeError(code, f"{what}: empty byte string")
     number = int.from_bytes(value, "big")
     if number >> bitwidth:
-        raise P4RuntimeError(
-            code_pb2.INVALID_ARGUMENT, f"{what}: value 0x{value.hex()} exceeds {bitwidth} bits"
-        )
+        raise P4RuntimeError(code, f"{what}: {len(value)}-byte value exceeds {bitwidth} bits")
     return number
 
 
 @dataclass(frozen=True)
 class Forwarding:
-    """What the packet loop looks up; replaced whole, never changed in place."""
+    """The program's three tables as the packet loop applies them; replaced whole, never
+    changed in place. Each method is one `table.apply()` of forgive.p4, returning what the
+    hit (or the default) runs."""
 
     lpm: tuple[tuple[int, dict[int, Route]], ...] = ()
     """(mask, {masked destination: route}) by decreasing prefix length."""
-    lpm_default: Route = DROP_ROUTE
+    lpm_default: Route = DROP
     ecmp: dict[tuple[int, int], Route] = field(default_factory=dict)
-    ecmp_default: Route = DROP_ROUTE
+    ecmp_default: Route = DROP
     thresholds: dict[int, Thresholds] = field(default_factory=dict)
     thresholds_default: Thresholds | None = None
+    """None: NoAction, the port is unmanaged."""
     cache: dict[int, Route] = field(default_factory=dict)
 
-    def route(self, dst: int) -> Route:
+    def ecmp_nhop(self, group_id: int, member: int) -> Route:
+        return self.ecmp.get((group_id, member), self.ecmp_default)
+
+    def port_thresholds(self, port: int) -> Thresholds | None:
+        return self.thresholds.get(port, self.thresholds_default)
+
+    def ipv4_lpm(self, dst: int) -> Route:
         hit = self.cache.get(dst)
         if hit is not None:
             return hit
@@ -145,7 +175,7 @@ class TableStore:
             if match_type == p4info_pb2.MatchField.EXACT:
                 if m is None or not m.HasField("exact"):
                     raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: exact value missing")
-                key.append(_int(m.exact.value, width, what))
+                key.append(_int(m.exact.value, width, what, code_pb2.OUT_OF_RANGE))
                 continue
             if m is None:
                 key.append((0, 0))
@@ -158,7 +188,7 @@ class TableStore:
                     code_pb2.INVALID_ARGUMENT,
                     f"{what}: prefix length {plen} outside 1..{width} (omit the field for /0)",
                 )
-            value = _int(m.lpm.value, width, what)
+            value = _int(m.lpm.value, width, what, code_pb2.OUT_OF_RANGE)
             if value & ((1 << (width - plen)) - 1):
                 raise P4RuntimeError(
                     code_pb2.INVALID_ARGUMENT, f"{what}: bits set beyond the /{plen} prefix"
@@ -176,7 +206,7 @@ class TableStore:
         action = entry.action.action
         info = self.pipe.actions.get(action.action_id)
         if info is None:
-            raise P4RuntimeError(code_pb2.NOT_FOUND, f"unknown action id {action.action_id}")
+            raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"unknown action id {action.action_id}")
         if action.action_id not in table.actions:
             raise P4RuntimeError(
                 code_pb2.INVALID_ARGUMENT, f"action {info.name} is not an action of {table.name}"
@@ -185,7 +215,7 @@ class TableStore:
         wrong = p4info_pb2.ActionRef.TABLE_ONLY if default else p4info_pb2.ActionRef.DEFAULT_ONLY
         if scope == wrong:
             raise P4RuntimeError(
-                code_pb2.INVALID_ARGUMENT, f"action {info.name} not allowed here in {table.name}"
+                code_pb2.PERMISSION_DENIED, f"action {info.name} not allowed here in {table.name}"
             )
         widths = dict(info.params)
         seen = set()
@@ -196,7 +226,12 @@ class TableStore:
                     f"action {info.name}: unknown or repeated param id {param.param_id}",
                 )
             seen.add(param.param_id)
-            _int(param.value, widths[param.param_id], f"action {info.name} param {param.param_id}")
+            _int(
+                param.value,
+                widths[param.param_id],
+                f"action {info.name} param {param.param_id}",
+                code_pb2.INVALID_ARGUMENT,
+            )
         if seen != set(widths):
             raise P4RuntimeError(
                 code_pb2.INVALID_ARGUMENT,
@@ -207,6 +242,10 @@ class TableStore:
         """Apply one table-entry update or raise P4RuntimeError; the store is unchanged on error."""
         entry = update.entity.table_entry
         table = self._table(entry.table_id)
+        if entry.is_const:
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT, f"{table.name}: a client cannot write a const entry"
+            )
         if entry.is_default_action:
             if update.type != _Update.MODIFY:
                 raise P4RuntimeError(
@@ -276,14 +315,14 @@ class TableStore:
     def _route(self, entry: p4runtime_pb2.TableEntry) -> Route:
         name, args = self._params(entry)
         if name == surface.SET_NHOP:
-            return (1, args[0].to_bytes(6, "big"), args[1])
+            return NextHop(args[0].to_bytes(6, "big"), args[1])
         if name == surface.SET_ECMP_GROUP:
-            return (2, args[0], args[1])
-        return DROP_ROUTE
+            return EcmpGroup(args[0], args[1])
+        return DROP
 
     def _thresholds(self, entry: p4runtime_pb2.TableEntry) -> Thresholds | None:
         name, args = self._params(entry) if entry.action.action.action_id else ("", [])
-        return (args[0], args[1], args[2], args[3]) if name == surface.SET_THRESHOLDS else None
+        return Thresholds(*args) if name == surface.SET_THRESHOLDS else None
 
     def compile(self) -> Forwarding:
         ids = self.pipe.table_ids

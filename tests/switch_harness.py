@@ -229,7 +229,7 @@ class ModelProcess:
 
 
 def device_config() -> bytes:
-    """forgive.json for BMv2 (the model ignores the device config)."""
+    """forgive.p4's BMv2 JSON, the device config both targets take."""
     return DEVICE_CONFIG.read_bytes()
 
 

@@ -10,8 +10,6 @@ from host_agent.frames import (
     ARP_REPLY,
     ARP_REQUEST,
     BROADCAST_MAC,
-    ECN_CE,
-    ECN_ECT0,
     HEADERS_LEN,
     FrameBuilder,
     MalformedFrame,
@@ -22,7 +20,7 @@ from host_agent.frames import (
     parse_arp,
 )
 from host_agent.scapy_layer import FTH
-from host_agent.wire import FORGIVE_UDP_PORT, Fth, Opcode
+from host_agent.wire import ECN_CE, ECN_ECT0, FORGIVE_UDP_PORT, Fth, Opcode
 
 SRC_MAC = mac_bytes("02:00:00:00:00:01")
 DST_MAC = mac_bytes("02:00:00:00:00:02")

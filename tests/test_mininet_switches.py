@@ -93,8 +93,8 @@ def test_two_switch_fabric_forwards_over_parallel_links(targets, tmp_path):
             assert receiver.communicate(timeout=10)[0].strip() == "forgive over udp"
             s1_rows = controller.counters("s1")
             # s1 port 1 faces h1 (the echo replies), ports 2 and 3 face s2
-            assert s1_rows[1]["tx_packets"] >= 4
-            assert s1_rows[2]["tx_packets"] + s1_rows[3]["tx_packets"] >= 4
+            assert s1_rows[1].tx_packets >= 4
+            assert s1_rows[2].tx_packets + s1_rows[3].tx_packets >= 4
         finally:
             controller.close()
     finally:

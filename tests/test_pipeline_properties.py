@@ -14,10 +14,12 @@ from switch_harness import p4info
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
 from host_agent.wire import FORGIVE_UDP_PORT
+from switch_model import surface
+from switch_model.counters import CounterArrays
 from switch_model.pipeline import Pipeline
-from switch_model.queues import EgressPort, PortCounters
+from switch_model.port import EgressPort
 from switch_model.surface import load_pipeline
-from switch_model.tables import TableStore
+from switch_model.tables import Drop, TableStore
 
 INFO = p4info()
 INDEX = P4InfoIndex(INFO)
@@ -31,9 +33,9 @@ def insert(store: TableStore, entry: p4runtime_pb2.TableEntry, kind=p4runtime_pb
 
 def nhop(match: dict, port: int) -> p4runtime_pb2.TableEntry:
     return INDEX.table_entry(
-        "MyIngress.ipv4_lpm",
+        surface.LPM_TABLE,
         match,
-        "MyIngress.set_nhop",
+        surface.SET_NHOP,
         {"dmac": 0x02_00_00_00_00_00 | port, "port": port},
     )
 
@@ -59,11 +61,11 @@ def test_lpm_picks_the_longest_matching_prefix(prefixes, probes):
             for key in prefixes
             if ipaddress.IPv4Address(address) in ipaddress.IPv4Network(key, strict=False)
         ]
-        route = fwd.route(address)
+        route = fwd.ipv4_lpm(address)
         if matches:
-            assert route[2] == ports[max(matches, key=lambda key: key[1])]
+            assert route.port == ports[max(matches, key=lambda key: key[1])]
         else:
-            assert route[0] == 0
+            assert isinstance(route, Drop)
 
 
 def routed_pipeline() -> Pipeline:
@@ -75,13 +77,13 @@ def routed_pipeline() -> Pipeline:
     insert(
         store,
         INDEX.table_entry(
-            "MyIngress.port_thresholds",
+            surface.THRESHOLD_TABLE,
             {"standard_metadata.egress_spec": 1},
-            "MyIngress.set_thresholds",
+            surface.SET_THRESHOLDS,
             {"data_queue_bytes": 6000, "ecn_kmin": 100, "ecn_kmax": 3000, "ecn_pmax": 30000},
         ),
     )
-    pipeline = Pipeline({1: EgressPort(1, "unused")}, PortCounters(), seed=1)
+    pipeline = Pipeline({1: EgressPort(1)}, CounterArrays(), seed=1)
     pipeline.forwarding = store.compile()
     return pipeline
 
@@ -115,7 +117,7 @@ def test_every_frame_is_queued_or_dropped_with_a_reason(frames):
     port = pipeline.ports[1]
     queued = 0
     for frame in frames:
-        if pipeline.process(bytearray(frame)) is not None:
+        if pipeline.process(bytearray(frame), 0.0) is not None:
             queued += 1
     assert queued == len(port.high) + len(port.low)
     assert queued + sum(pipeline.dropped.values()) == len(frames)

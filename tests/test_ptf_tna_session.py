@@ -12,8 +12,8 @@ from tna_p4info import p4info
 from controller.tofino import TRIM_MIRROR_BYTES, ecn_bands
 from controller.tofino_pipeline import CHIPS, device_data
 from host_agent.wire import TRIMMED_FRAME_LEN
-from ptf_tests.p4rt import Thresholds
 from ptf_tests.p4rt_tna import TnaSwitchSession
+from switch_model.surface import Thresholds
 
 FRAME = 4154
 

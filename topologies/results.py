@@ -1,18 +1,17 @@
-"""What a run measured, in the note's terms: one record per run, a side-by-side table, plots.
+"""What a run measured, in the note's terms: one record per run and a side-by-side table.
 
 The runner fills `RunResult` from the agents' JSON lines and the switches'
-counters; everything here works on those records alone, so a table or a plot
-can be rebuilt from a results folder without rerunning anything.
+counters; everything here works on those records alone, so a table (or, in
+`topologies.plots`, a plot) can be rebuilt from a results folder without
+rerunning anything. `topologies.report` writes and reads that folder.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 BASELINE = "tight"
@@ -55,6 +54,8 @@ class RunResult:
     """Samples over the run: time and cumulative trims and CE marks over all switches."""
     accounting: dict[str, int] = field(default_factory=dict)
     """Totals that must add up across hosts and switches (see topologies.collect)."""
+    loss: dict[str, Any] | None = None
+    """The run's loss record (workload.lossrecord, schema in docs/impact.md); None in older results."""
 
     @property
     def gradient_bytes(self) -> int:
@@ -140,7 +141,8 @@ def compare(runs: Iterable[RunResult]) -> dict[str, dict[str, Any]]:
     return {policy: dict(row) for policy, row in table.items()}
 
 
-def _cell(values: list[Any], fmt: str) -> str:
+def range_cell(values: list[Any], fmt: str) -> str:
+    """One table cell for per-seed values: lo..hi, a single value, yes/no (n) for flags, or -."""
     present = [v for v in values if v is not None]
     if not present:
         return "-"
@@ -152,18 +154,9 @@ def _cell(values: list[Any], fmt: str) -> str:
     return f"{fmt.format(lo)}..{fmt.format(hi)}"
 
 
-def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None = None) -> str:
-    """A plain-text table, one row per policy; a range lo..hi spans the seeds."""
-    policies = [p for p in (order or sorted(summary)) if p in summary]
-    header = ["policy", "seeds"] + [title for _, title, _ in COLUMNS]
-    rows = [header]
-    for policy in policies:
-        row = summary[policy]
-        rows.append(
-            [policy, str(len(row["seeds"]))]
-            + [_cell(row.get(key, []), fmt) for key, _, fmt in COLUMNS]
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+def render_table(rows: Sequence[Sequence[str]]) -> str:
+    """Plain-text columns: the first row is the header, the first column left-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(
             cell.rjust(w) if i else cell.ljust(w)
@@ -175,24 +168,15 @@ def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None
     return "\n".join(lines)
 
 
-# -- files --------------------------------------------------------------------------
-
-
-def write_results(
-    folder: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None
-) -> str:
-    """Write runs.json, summary.json, table.txt and the plots; return the table."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "runs.json").write_text(json.dumps([r.to_json() for r in runs], indent=1))
-    summary = compare(runs)
-    (folder / "summary.json").write_text(json.dumps(summary, indent=1))
-    table = format_table(summary, order)
-    (folder / "table.txt").write_text(table + "\n")
-    from topologies.plots import plot_all  # matplotlib only when files are written
-
-    plot_all(folder, runs, order)
-    return table
-
-
-def read_runs(folder: Path) -> list[RunResult]:
-    return [RunResult.from_json(d) for d in json.loads((folder / "runs.json").read_text())]
+def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None = None) -> str:
+    """A plain-text table, one row per policy; a range lo..hi spans the seeds."""
+    policies = [p for p in (order or sorted(summary)) if p in summary]
+    header = ["policy", "seeds"] + [title for _, title, _ in COLUMNS]
+    rows = [header]
+    for policy in policies:
+        row = summary[policy]
+        rows.append(
+            [policy, str(len(row["seeds"]))]
+            + [range_cell(row.get(key, []), fmt) for key, _, fmt in COLUMNS]
+        )
+    return render_table(rows)
