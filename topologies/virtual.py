@@ -26,8 +26,9 @@ scheduled, so one seed gives the same run, byte for byte.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
+from typing import IO
 
 import simpy
 from simpy.events import Timeout
@@ -119,6 +120,7 @@ class VirtualFabric:
         delay_s: float,
         seed: int = 0,
         p4info_path=None,
+        logs: list[IO[str]] | None = None,
     ) -> None:
         from controller import P4INFO
 
@@ -130,7 +132,8 @@ class VirtualFabric:
         """Frames that crossed a link (host to switch, switch to switch or host)."""
         self.attachments = host_ports(fabric)
         self._host_of: dict[str, int] = {h.name: i for i, h in enumerate(self.attachments)}
-        self.logs = [io.StringIO() for _ in self.attachments]
+        self.logs = logs if logs is not None else [io.StringIO() for _ in self.attachments]
+        """Each host's statistics (JSON lines), in host order."""
         self.hosts: list[Host] = []
         for i, where in enumerate(self.attachments):
             config = replace(
@@ -194,11 +197,9 @@ class VirtualFabric:
         def arrive(event: Timeout) -> None:
             port = process(event._value, env._now)
             if port is not None and port.number not in busy:
+                # An idle port starts on the frame at once, as a wire does.
                 busy.add(port.number)
-                at = port.next_departure()
-                Timeout(env, at - env._now if at > env._now else 0.0).callbacks.append(
-                    departs[port.number]
-                )
+                departs[port.number](None)
 
         return arrive
 
@@ -218,7 +219,7 @@ class VirtualFabric:
         else:
             deliver = None  # the peer switch's ingress, made after this one
 
-        def depart(event: Timeout) -> None:
+        def depart(event: Timeout | None) -> None:
             now = env._now
             popped = port.dequeue(now)
             if popped is not None:
@@ -387,16 +388,25 @@ def train(
     delay_s: float = 2e-6,
     limit_s: float = 600.0,
     placement: list[int] | None = None,
-) -> tuple[VirtualFabric, list[Rank], list[io.StringIO]]:
+    logs: list[IO[str]] | None = None,
+    outs: list[IO[str]] | None = None,
+    watch: Callable[[VirtualFabric, list[Rank]], Generator] | None = None,
+) -> tuple[VirtualFabric, list[Rank], list[IO[str]]]:
     """Run one training job on the fabric; rank r on host `placement[r]` (default: host r).
-    Returns the fabric, the ranks and each rank's records."""
+
+    Each host's statistics go to `logs` (in host order) and each rank's records to `outs`
+    (in rank order), in memory unless given; `watch(sim, ranks)`, if given, runs beside them
+    as a SimPy process (to sample counters). Returns the fabric, the ranks and `outs`."""
     where = host_ports(fabric)
     order = list(range(len(where))) if placement is None else placement
     ranks_cfg = replace(cfg, ranks=tuple(where[i].ip for i in order))
     ranks_cfg.validate()
     endpoint = replace(host.endpoint, seed=cfg.seed)
-    sim = VirtualFabric(fabric, replace(host, endpoint=endpoint), delay_s=delay_s, seed=cfg.seed)
-    outs = [io.StringIO() for _ in order]
+    sim = VirtualFabric(
+        fabric, replace(host, endpoint=endpoint), delay_s=delay_s, seed=cfg.seed, logs=logs
+    )
+    if outs is None:
+        outs = [io.StringIO() for _ in order]
     ranks = []
     for r, i in enumerate(order):
         rank = Rank(replace(ranks_cfg, rank=r), sim.hosts[i].endpoint, outs[r], sim.warnings.append)
@@ -405,5 +415,7 @@ def train(
     for rank in ranks:
         rank.start(sim.now)
     sim.start()
+    if watch is not None:
+        sim.env.process(watch(sim, ranks))
     sim.run(lambda: all(r.finished for r in ranks), limit_s)
     return sim, ranks, outs

@@ -104,6 +104,8 @@ class Rank:
         self.marks: dict[str, float] = {}
         self.totals: Counter = Counter()
         self.finished = False
+        self.steps_done = 0
+        """The last step this rank has finished (its barrier passed)."""
         self.failure: str | None = None
         """Why the run failed, in one line; None while it has not."""
         self.started = 0.0
@@ -319,6 +321,7 @@ class Rank:
             grad_retransmitted=retx,
         )
         self.endpoint.forget_step(step - 1)
+        self.steps_done = step
         if step < self.cfg.steps:
             self._start_step(step + 1, now)
             return
