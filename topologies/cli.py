@@ -88,7 +88,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--byte-scale",
         type=float,
-        help="divide every byte quantity by this (emulation default 64, simulator 16)",
+        help="divide every byte quantity by this (default 64)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="per run, s")
     parser.add_argument("--out", type=Path, help="results folder")

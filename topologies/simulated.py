@@ -17,6 +17,7 @@ own rates.
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from topologies.runner import Progress, RunConfig, RunError, agent_settings
 from topologies.scaling import FABRIC_HOST_LINK_BPS, Scaling
 from topologies.virtual import SimulationError, VirtualFabric, sim_endpoints, train
 
-DEFAULT_BYTE_SCALE = 16.0
+DEFAULT_BYTE_SCALE = 64.0
 """Bytes divided by this at the fabric's own rates: the note's 64-rank, 20-step job then runs
 within 10 minutes on one core here (benchmarks/bench_sim.py measures it)."""
 LINK_DELAY_S = 1e-6
@@ -53,9 +54,16 @@ def sim_scaling(
     return with_scaling(spec, scaling)
 
 
-def run_simulated(config: RunConfig, out_dir: Path, label: str = "", tty=None) -> RunResult:
+def run_simulated(
+    config: RunConfig,
+    out_dir: Path,
+    label: str = "",
+    tty: bool | None = None,
+    engine_stats: dict | None = None,
+) -> RunResult:
     """Simulate one policy and seed; the records go to `out_dir` as an emulated run's do.
-    Raises RunError when the run fails."""
+    Raises RunError when the run fails. `engine_stats`, if given, receives what the engine
+    did: SimPy events, frames moved over links, wall and virtual seconds."""
     config.validate()
     fabric_plan = plan(config.fabric)
     fabric = parse_description(
@@ -100,6 +108,7 @@ def run_simulated(config: RunConfig, out_dir: Path, label: str = "", tty=None) -
                 progress.update(min(r.steps_done for r in ranks), trims)
                 yield sim.env.timeout(SAMPLE_EVERY_S * time_scale)
 
+        started = time.perf_counter()
         try:
             sim, ranks, _ = train(
                 config.training_config(fabric_plan, rank=0),
@@ -114,6 +123,13 @@ def run_simulated(config: RunConfig, out_dir: Path, label: str = "", tty=None) -
             )
         except SimulationError as err:
             raise RunError(f"{label or config.policy}: {err}") from None
+        if engine_stats is not None:
+            engine_stats.update(
+                events=sim.events,
+                frames=sim.frames_moved,
+                wall_s=time.perf_counter() - started,
+                virtual_s=sim.now,
+            )
         failed = [r for r in ranks if r.failed]
         for h in sim.hosts:
             h.endpoint.log.write(

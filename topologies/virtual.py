@@ -302,6 +302,11 @@ class VirtualFabric:
     def now(self) -> float:
         return self.env.now
 
+    @property
+    def events(self) -> int:
+        """SimPy events scheduled so far (its own event counter)."""
+        return next(self.env._eid) - 1
+
     def start(self) -> None:
         """Let every host send what it has and arm its first timer (after its apps started)."""
         for i in range(len(self.hosts)):
