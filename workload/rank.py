@@ -25,7 +25,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from host_agent.core import AccordionDetector, CriticalRegimeDetector, StaticSchedule
@@ -129,8 +129,10 @@ class Rank:
         if self.finished:
             return
         if isinstance(event, RecvDone):
-            self.received[event.flow] = event
             self._check_content(event)
+            # Checked, the bytes are no longer needed: keep the record, not the payload, so
+            # a rank's memory does not grow with every step it has run.
+            self.received[event.flow] = replace(event, payload=None)
             self._settle(("recv", event.flow), now)
         elif isinstance(event, SendDone):
             self.sent[event.flow] = event
