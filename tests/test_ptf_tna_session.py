@@ -71,7 +71,9 @@ def test_routes_groups_and_thresholds_are_what_a_switch_accepts(session) -> None
     names = [tables[e.table_entry.table_id] for e in of_kind(store, "table_entry")]
     assert names.count("ForgiveEgress.ecn_marking") == len(bands)
     assert names.count("ForgiveIngress.trim_sessions") == 1
-    assert names.count("ForgiveIngress.ecmp_nhop") == 1 and names.count("ForgiveIngress.ipv4_lpm") == 2
+    assert (
+        names.count("ForgiveIngress.ecmp_nhop") == 1 and names.count("ForgiveIngress.ipv4_lpm") == 2
+    )
     assert target.data_queues == {2: 100 * FRAME}
 
 
