@@ -439,13 +439,16 @@ def _trainer_command(
     cmd += ["--time-scale", str(agent["time_scale"])]
     cmd += ["--rto", f"{agent['rto']:.6f}", "--rto-max", f"{agent['rto_max']:.6f}"]
     cmd += ["--gateway-mac", _mac_text(switch_port_mac(host.leaf, host.port))]
+    for dscp, where in agent["trim_locations"].items():
+        cmd += ["--trim-dscp", f"{where}={dscp}"]
     cmd += ["--stats", str(stats_files[host.name]), "--out", str(train_files[host.name])]
     cmd += ["--timeout", str(config.timeout_s), "--config", cfg.to_json()]
     return cmd
 
 
-def agent_settings(config: RunConfig, fabric_plan: Plan) -> dict[str, float]:
-    """Every host's NIC rate, timer stretch and timeouts, whichever engine runs it."""
+def agent_settings(config: RunConfig, fabric_plan: Plan) -> dict[str, Any]:
+    """Every host's NIC rate, timer stretch and timeouts, and what the switches' trim DSCPs
+    say of where a trim happened, whichever engine runs it."""
     sc = config.fabric.scaling
     rto = initial_rto(fabric_plan)
     return {
@@ -453,6 +456,7 @@ def agent_settings(config: RunConfig, fabric_plan: Plan) -> dict[str, float]:
         "time_scale": sc.time_scale,
         "rto": rto,
         "rto_max": 10 * rto,
+        "trim_locations": fabric_plan.fabric().trim_locations(),
     }
 
 
