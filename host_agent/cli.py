@@ -8,6 +8,7 @@ import sys
 
 from host_agent.agent import AgentConfig, HostAgent
 from host_agent.api import ApiServer, check_api_path
+from host_agent.core.sender import MAX_TIMEOUTS
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import POLICY_NAMES, parse_policy
@@ -32,6 +33,12 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rto", type=float, default=0.01, help="initial retransmission timeout, s")
     parser.add_argument("--rto-max", type=float, default=0.2, help="largest backed-off RTO, s")
+    parser.add_argument(
+        "--max-timeouts",
+        type=int,
+        default=MAX_TIMEOUTS,
+        help=f"timeouts in a row without progress before a flow fails ({MAX_TIMEOUTS})",
+    )
     parser.add_argument(
         "--no-spray",
         action="store_true",
@@ -68,6 +75,7 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         time_scale=args.time_scale,
         rto=args.rto,
         rto_max=args.rto_max,
+        max_timeouts=args.max_timeouts,
         keep_payload=not args.no_payload,
     )
     host = HostConfig(

@@ -24,9 +24,11 @@ from typing import Any
 
 from host_agent.acks import ACK_DELAY, ACK_EVERY, AckCoalescer
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
+from host_agent.core.sender import MAX_TIMEOUTS
 from host_agent.events import (
     BoundViolation,
     Event,
+    FlowFailed,
     RecvDone,
     SendDone,
     Shed,
@@ -67,6 +69,8 @@ class EndpointConfig:
     scheduler time slices: a Python receiver sharing a busy core can pause that long, and a
     shorter timeout then resends data that was only waiting. Trims never wait for it."""
     rto_max: float = 0.2
+    max_timeouts: int = MAX_TIMEOUTS
+    """Timeouts in a row without progress after which a flow fails (FlowFailed)."""
     time_scale: float = 1.0
     """How many times slower than the fabric it stands for the emulation runs (DCQCN's
     periods, the receiver's CNP interval and the ACK hold time stretch by it)."""
@@ -84,6 +88,8 @@ class EndpointConfig:
             raise ValueError("time scale must be positive")
         if self.ack_every < 1:
             raise ValueError("ack_every must be >= 1")
+        if self.max_timeouts < 1:
+            raise ValueError("max timeouts must be >= 1")
 
 
 @dataclass(slots=True)
@@ -149,10 +155,12 @@ class Endpoint:
                 seed=config.seed,
                 vesting=self.policy.vesting,
                 exemption=self.policy.exemption,
-                cnp_interval=dcqcn.cnp_interval,
+                **dcqcn.receiver_fields(),
             )
         )
-        self.tx = ForgiveSender(dcqcn, rto=config.rto, rto_max=config.rto_max)
+        self.tx = ForgiveSender(
+            dcqcn, rto=config.rto, rto_max=config.rto_max, max_timeouts=config.max_timeouts
+        )
         self.acks = AckCoalescer(config.ack_every, ACK_DELAY * config.time_scale)
         self.counters: Counter = Counter()
         self._sending: dict[int, _Sending] = {}
@@ -214,8 +222,11 @@ class Endpoint:
             info.unsized_shed |= size is None
             self._emit(Shed(flow_id, step, size, sending=False), now)
             return
-        # Only a flow handed over on completion needs its bytes kept.
-        self.rx.register_flow(flow_id, step=step, gradient=gradient, keep_payload=deliver)
+        # Only a flow handed over on completion needs its bytes kept; a known size is
+        # the flow's total, whatever a packet claims.
+        self.rx.register_flow(
+            flow_id, step=step, gradient=gradient, keep_payload=deliver, size=size
+        )
         self._receiving[flow_id] = _Receiving(step, traffic_class, deliver)
         info = self._steps.get(step)
         if gradient and info is not None:
@@ -334,7 +345,9 @@ class Endpoint:
         """
         out: list[Datagram] = [(peer, _CONTROL, 0, reply) for reply, peer in self._replies]
         self._replies = []
-        packets = self.tx.poll(now) if data else None
+        if not data:
+            return out
+        packets = self.tx.poll(now)
         if packets:
             sending = self._sending
             nbytes = 0
@@ -348,21 +361,27 @@ class Endpoint:
                 nbytes += len(pkt) - FTH_LEN
             self.counters["tx_data"] += len(packets)
             self.counters["tx_data_bytes"] += nbytes
-            self._drain_sender(now)
+        self._drain_sender(now)  # a timeout may have ended a flow
         return out
 
     def get_timer(self) -> float | None:
         """The earliest time `handle_timer` (or `datagrams_to_send`) has work, or None."""
         best = self.tx.next_deadline()
-        held = self.acks.deadline()
-        if held is not None and (best is None or held < best):
-            best = held
+        for candidate in (self.acks.deadline(), self.rx.next_deadline()):
+            if candidate is not None and (best is None or candidate < best):
+                best = candidate
         return best
 
     def handle_timer(self, now: float) -> None:
-        """Release held ACKs that are due; the sender's own timers fire in `datagrams_to_send`."""
+        """Release held ACKs and CNPs that are due; the sender's timers run in
+        `datagrams_to_send`, which every driver calls after this."""
         if self.acks.held:
             self._replies.extend(self.acks.due(now))
+        for cnp in self.rx.poll(now):
+            flow = self._receiving.get(peek(cnp)[3])
+            if flow is not None and flow.peer is not None:
+                # A CNP releases the flow's held ACK first, as one from `receive` does.
+                self._replies.extend(self.acks.offer(cnp, flow.peer, now, 0))
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
@@ -376,6 +395,8 @@ class Endpoint:
             "acks_coalesced": self.acks.coalesced,
             "core_rx": dict(self.rx.stats),
             "core_tx": dict(self.tx.stats),
+            "rx_rejected": dict(self.rx.rejected),
+            "tx_rejected": dict(self.tx.rejected),
         }
 
     # ----- completions, statistics and the bound ----------------------------------------
@@ -409,6 +430,9 @@ class Endpoint:
                 ce_marks=state["ce_marks"],
                 cnps_sent=state["cnps_sent"],
                 exemption_eligible=state["exemption_eligible"],
+                forgiven_ranges=(
+                    tuple(self.rx.forgiven_ranges(flow_id)) if state["forgiven_bytes"] else ()
+                ),
                 payload=self.rx.payload(flow_id) if flow.deliver else None,
             )
             flow.completed = True
@@ -422,6 +446,29 @@ class Endpoint:
                 self._forget(flow_id)
 
     def _drain_sender(self, now: float) -> None:
+        for flow_id in self.tx.take_failed():
+            flow = self._sending.pop(flow_id, None)
+            if flow is None:
+                continue
+            state = self.tx.flow_state(flow_id)
+            assert state is not None
+            self.tx.close_flow(flow_id)
+            self.counters["flows_failed"] += 1
+            totals = self._totals[flow.step]
+            totals["tx_failed_flows"] += 1
+            for key in ("retransmitted_bytes", "cnps", "nacks", "rtos", "mode_changes"):
+                totals[f"tx_{key}"] += state[key]
+            dst = socket.inet_ntoa(flow.peer)
+            reason = (
+                f"{self.config.max_timeouts} retransmission timeouts in a row,"
+                f" {state['acked_bytes']} of {flow.size} bytes acknowledged"
+            )
+            self._emit(
+                FlowFailed(
+                    flow_id, flow.step, dst, flow.size, state["acked_bytes"], state["rtos"], reason
+                ),
+                now,
+            )
         for flow_id in self.tx.take_completed():
             flow = self._sending.pop(flow_id, None)
             if flow is None:

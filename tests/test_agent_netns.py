@@ -412,3 +412,23 @@ def test_shedding_sender_and_receiver_agree(lab):
     shed_sent = sum(r["grad_shed_sent"] for r in final)
     assert shed_received == shed_sent > 0
     assert all(r["grad_forgiven"] == 0 for r in final)
+
+
+def test_a_flow_to_a_silent_peer_fails_visibly(lab):
+    """No agent answers at b: the API reports the flow failed, and forgive-train exits 1 in one line."""
+    a, b = lab.pair()
+    fast = ("--rto", "0.005", "--rto-max", "0.01", "--max-timeouts", "3")
+    tx = start_agent(lab, a, *fast)
+    ok(tx.call("send", bytes(50_000), dst=b.ip, flow=5, traffic_class="other"))
+    event, _ = done(tx, "flow_failed", 5)
+    assert event["dst"] == b.ip and event["acked_bytes"] == 0 and event["rtos"] == 3
+    assert ok(tx.call("stats"))["counters"]["flows_failed"] == 1
+    assert [r["flow"] for r in records(lab, "a.jsonl") if r["type"] == "flow_failed"] == [5]
+    trainer = [sys.executable, "-m", "workload.train", "--iface", a.iface, *fast]
+    trainer += ["--ranks", f"{a.ip},{b.ip}", "--rank", "0", "--stats", "-", "--out", "-"]
+    result = subprocess.run(
+        ["ip", "netns", "exec", a.ns, *trainer], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("forgive-train: rank 0: flow ") and f"to {b.ip} failed: 3 " in line

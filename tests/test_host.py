@@ -3,16 +3,23 @@ independent bound checks, shedding, and the framing of `Host`, over in-memory fr
 
 from __future__ import annotations
 
+import io
+import json
+
 import pytest
 from helpers import ack, data, trim
 
 from host_agent.acks import ACK_DELAY, AckCoalescer
 from host_agent.endpoint import Endpoint, EndpointConfig
-from host_agent.events import BoundViolation, RecvDone, SendDone, Shed
+from host_agent.events import BoundViolation, FlowFailed, RecvDone, SendDone, Shed
 from host_agent.frames import FrameBuilder, ip_bytes, mac_bytes, parse
 from host_agent.host import Host, HostConfig
 from host_agent.policies import parse_policy
+from host_agent.stats import StatsLog
 from host_agent.wire import Dscp, Flag, Fth, Opcode, decode
+from topologies.virtual import VirtualFabric, host_ports, star
+from workload.plan import Kind, TrainingConfig, flow_id
+from workload.rank import Rank
 
 PEER = ip_bytes("10.0.0.2")
 
@@ -198,3 +205,52 @@ def test_malformed_and_foreign_frames_are_counted_and_dropped():
     b.receive_frame(frame(body), 0.0)
     (event,) = [e for e in iter(b.next_event, None)]
     assert isinstance(event, RecvDone) and event.payload == bytes(100)
+
+
+def test_a_flow_nobody_acknowledges_fails_once_and_stops():
+    log = io.StringIO()
+    config = EndpointConfig(policy=parse_policy("forgive"), rto=1e-3, rto_max=4e-3, max_timeouts=3)
+    sender = Endpoint(config, StatsLog(log, "10.0.0.1"), warn=lambda m: None)
+    sender.send("10.0.0.2", 11, bytes(20_000), "gradient", 0.0, step=1)
+    now, sent = 0.0, 0
+    while (timer := sender.get_timer()) is not None:
+        now = max(now, timer)
+        sender.handle_timer(now)
+        sent += len(sender.datagrams_to_send(now))
+        assert now < 1.0, "a flow must not retransmit for ever"
+    (failed,) = events(sender)
+    assert isinstance(failed, FlowFailed) and failed.flow == 11 and failed.dst == "10.0.0.2"
+    assert (
+        failed.acked_bytes == 0
+        and failed.rtos == 3
+        and "3 retransmission timeouts" in failed.reason
+    )
+    assert sent > 5 and sender.datagrams_to_send(now + 1.0) == []
+    assert sender.summary()["flows_failed"] == 1
+    records = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert [r["type"] for r in records] == ["flow_failed"] and records[0]["flow"] == 11
+
+
+def test_a_rank_whose_peer_never_answers_fails_with_a_reason():
+    """Rank 1 has a host but no training loop: its receiver knows none of rank 0's flows."""
+    fabric = star(hosts=2)
+    ips = [h.ip for h in host_ports(fabric)]
+    host = HostConfig(
+        endpoint=EndpointConfig(
+            policy=parse_policy("forgive"), rto=1e-3, rto_max=4e-3, max_timeouts=3
+        )
+    )
+    sim = VirtualFabric(fabric, host, delay_s=2e-6)
+    cfg = TrainingConfig(ranks=(ips[0], ips[1]), rank=0, steps=2)
+    out = io.StringIO()
+    rank = Rank(cfg, sim.hosts[0].endpoint, out)
+    sim.apps[0].append(rank)
+    rank.start(0.0)
+    sim.start()
+    sim.run(lambda: rank.finished, limit_s=5.0)
+    assert rank.failed and rank.failure is not None
+    assert rank.failure.startswith(f"flow {flow_id(0, Kind.BARRIER, 0, 1)} to 10.0.0.2 failed: ")
+    assert "\n" not in rank.failure and sim.now < 1.0
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["type"] for r in records] == ["loss_layout", "train_failed"]
+    assert records[1]["reason"] == rank.failure

@@ -2,6 +2,7 @@
 
     forgive run      one policy and seed; prints its table, writes a results folder
     forgive compare  several policies times several seeds on the same fabric and workload
+    forgive impact   what a results folder's recorded loss does to a real model (impact.cli)
 
 Every option is checked before anything starts; a bad one is one line on stderr
 and exit status 2. Results (JSON, table, PNG plots, every host's records and
@@ -11,11 +12,13 @@ logs) go to --out, by default results/<time>-<fabric>/.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from impact import cli as impact_cli
 from topologies.fabric import PRESETS, FabricError, FabricSpec, load, preset, with_scaling
 from topologies.report import write_results
 from topologies.runner import ENGINES, JOBS, RunConfig, RunError
@@ -25,22 +28,66 @@ from topologies.sweep import run_all
 
 DEFAULT_POLICIES = ("tight", "forgive", "dcqcn", "shed")
 DEFAULT_SEEDS = (1, 2)
+NUMBERS = (
+    ("grad_mib", 0.0, False),
+    ("tp_mib", 0.0, True),
+    ("pp_mib", 0.0, True),
+    ("compute_ms", 0.0, True),
+    ("host_link_mbps", 0.0, False),
+    ("byte_scale", 0.0, False),
+    ("timeout", 0.0, False),
+)
+"""Numeric options: attribute, bound, whether the bound itself is allowed."""
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Refuse NaN, infinities and out-of-range numbers under the option's own name."""
+    for name, bound, inclusive in NUMBERS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if not (math.isfinite(value) and (value >= bound if inclusive else value > bound)):
+            raise RunError(
+                f"--{name.replace('_', '-')} must be a finite number "
+                f"{'>=' if inclusive else '>'} {bound:g}, got {value}"
+            )
 
 
 def _fabric(args: argparse.Namespace, engine: str = "mininet") -> FabricSpec:
-    spec = load(args.fabric) if Path(args.fabric).suffix == ".toml" else preset(args.fabric)
+    name = args.fabric
+    spec = load(name) if Path(name).suffix.lower() == ".toml" else preset(name)
+    given = [
+        f"--{option} {value:g}"
+        for option, value in (
+            ("host-link-mbps", args.host_link_mbps),
+            ("byte-scale", args.byte_scale),
+        )
+        if value is not None
+    ]
     if engine == "sim":
-        return sim_scaling(spec, args.host_link_mbps, args.byte_scale)
-    if args.host_link_mbps is None and args.byte_scale is None:
+        try:
+            return sim_scaling(spec, args.host_link_mbps, args.byte_scale)
+        except (ScalingError, FabricError) as err:
+            raise FabricError(f"{' '.join(given) or 'simulator scaling'}: {err}") from None
+    if not given:
         return spec
     try:
         scaling = Scaling(
-            host_link_bps=(args.host_link_mbps or spec.scaling.host_link_bps / 1e6) * 1e6,
-            byte_scale=args.byte_scale or spec.scaling.byte_scale,
+            host_link_bps=spec.scaling.host_link_bps
+            if args.host_link_mbps is None
+            else args.host_link_mbps * 1e6,
+            byte_scale=spec.scaling.byte_scale if args.byte_scale is None else args.byte_scale,
         )
-    except ScalingError as err:
-        raise FabricError(str(err)) from None
-    return with_scaling(spec, scaling)
+        return with_scaling(spec, scaling)
+    except (ScalingError, FabricError) as err:
+        raise FabricError(f"{' '.join(given)}: {err}") from None
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s]
+    except ValueError as err:
+        raise RunError(f"bad --seeds: {err}") from None
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -117,6 +164,7 @@ def _workload(args: argparse.Namespace):
 def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
     if args.engine not in ENGINES:
         raise RunError(f"--engine must be one of {', '.join(ENGINES)}, got {args.engine!r}")
+    _check_numbers(args)
     workload = _workload(args)
     fabric = _fabric(args, args.engine)
     configs = [
@@ -159,13 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     cmp_p.add_argument(
         "--dask", metavar="ADDRESS", help="run on this Dask scheduler (--engine sim)"
     )
+    impact_cli.register(sub)
     args = parser.parse_args(argv)
+    if args.command == "impact":
+        return impact_cli.main(args)
     try:
         if args.command == "run":
             policies, seeds = [args.policy], [args.seed]
         else:
             policies = [p for p in args.policies.split(",") if p]
-            seeds = [int(s) for s in args.seeds.split(",") if s]
+            seeds = _seeds(args.seeds)
             if not policies or not seeds:
                 raise RunError("--policies and --seeds need at least one entry each")
         configs = _configs(args, policies, seeds)
@@ -176,9 +227,6 @@ def main(argv: list[str] | None = None) -> int:
             raise RunError("--workers and --dask need --engine sim (emulations share one host)")
     except (FabricError, RunError) as err:
         print(f"forgive: {err}", file=sys.stderr)
-        return 2
-    except ValueError as err:
-        print(f"forgive: bad --seeds: {err}", file=sys.stderr)
         return 2
     out = args.out or Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{configs[0].fabric.name}"
     print(_describe(configs[0]), file=sys.stderr)

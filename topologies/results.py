@@ -55,6 +55,8 @@ class RunResult:
     """Samples over the run: time and cumulative trims and CE marks over all switches."""
     accounting: dict[str, int] = field(default_factory=dict)
     """Totals that must add up across hosts and switches (see topologies.collect)."""
+    loss: dict[str, Any] | None = None
+    """The run's loss record (workload.lossrecord, schema in docs/impact.md); None in older results."""
 
     @property
     def gradient_bytes(self) -> int:
@@ -156,7 +158,8 @@ def compare(runs: Iterable[RunResult]) -> dict[str, dict[str, Any]]:
     return {policy: dict(row) for policy, row in table.items()}
 
 
-def _cell(values: list[Any], fmt: str) -> str:
+def range_cell(values: list[Any], fmt: str) -> str:
+    """One table cell for per-seed values: lo..hi, a single value, yes/no (n) for flags, or -."""
     present = [v for v in values if v is not None]
     if not present:
         return "-"
@@ -168,18 +171,9 @@ def _cell(values: list[Any], fmt: str) -> str:
     return f"{_format(fmt, lo)}..{_format(fmt, hi)}"
 
 
-def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None = None) -> str:
-    """A plain-text table, one row per policy; a range lo..hi spans the seeds."""
-    policies = [p for p in (order or sorted(summary)) if p in summary]
-    header = ["policy", "seeds"] + [title for _, title, _ in COLUMNS]
-    rows = [header]
-    for policy in policies:
-        row = summary[policy]
-        rows.append(
-            [policy, str(len(row["seeds"]))]
-            + [_cell(row.get(key, []), fmt) for key, _, fmt in COLUMNS]
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+def render_table(rows: Sequence[Sequence[str]]) -> str:
+    """Plain-text columns: the first row is the header, the first column left-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(
             cell.rjust(w) if i else cell.ljust(w)
@@ -189,3 +183,17 @@ def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None = None) -> str:
+    """A plain-text table, one row per policy; a range lo..hi spans the seeds."""
+    policies = [p for p in (order or sorted(summary)) if p in summary]
+    header = ["policy", "seeds"] + [title for _, title, _ in COLUMNS]
+    rows = [header]
+    for policy in policies:
+        row = summary[policy]
+        rows.append(
+            [policy, str(len(row["seeds"]))]
+            + [range_cell(row.get(key, []), fmt) for key, _, fmt in COLUMNS]
+        )
+    return render_table(rows)

@@ -179,6 +179,25 @@ def chunk_sizes(total: int, n: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(n)]
 
 
+def chunk_bounds(total: int, n: int) -> list[tuple[int, int]]:
+    """(offset, size) of each ring chunk within a rank's gradient buffer, by chunk index."""
+    out, offset = [], 0
+    for size in chunk_sizes(total, n):
+        out.append((offset, size))
+        offset += size
+    return out
+
+
+def ring_next(rank: int, n: int) -> int:
+    """The rank `rank` sends its ring all-reduce chunks to."""
+    return (rank + 1) % n
+
+
+def chunk_owner(chunk: int, n: int) -> int:
+    """The rank that holds `chunk` fully reduced after reduce-scatter and starts its all-gather."""
+    return (chunk - 1) % n
+
+
 def ring_chunk(rank: int, phase: int, n: int) -> int:
     """The chunk `rank` sends in ring `phase`: reduce-scatter for phase < n-1, then all-gather.
 
@@ -196,7 +215,7 @@ def gradient_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]
     """The ring all-reduce messages `src` sends on `step`, in phase order."""
     n = len(cfg.ranks)
     sizes = chunk_sizes(cfg.grad_bytes, n)
-    dst = (src + 1) % n
+    dst = ring_next(src, n)
     return [
         Message(
             flow_id(step, Kind.GRADIENT, src, j),
