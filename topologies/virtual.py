@@ -88,15 +88,14 @@ def host_ports(fabric: Fabric) -> list[HostPort]:
     return out
 
 
-def forwarding(fabric: Fabric, switch: str, p4info_path) -> Forwarding:
+def forwarding(fabric: Fabric, switch: str, p4info) -> Forwarding:
     """The lookup snapshot of `switch` after the controller's entries, as P4Runtime writes."""
     from p4.v1 import p4runtime_pb2
 
     from controller.fabric_control import switch_entries
 
-    info = load_p4info(p4info_path)
-    store = TableStore(load_pipeline(info))
-    for entry in switch_entries(fabric, P4InfoIndex(info), switch):
+    store = TableStore(load_pipeline(p4info))
+    for entry in switch_entries(fabric, P4InfoIndex(p4info), switch):
         update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
         update.entity.table_entry.CopyFrom(entry)
         store.apply(update)
@@ -154,6 +153,7 @@ class VirtualFabric:
         self._busy: dict[str, set[int]] = {}
         """Per switch, the ports with a departure scheduled."""
         switches = sorted(fabric.switches)
+        p4info = load_p4info(p4info_path or P4INFO)
         for number, name in enumerate(switches):
             ports = {}
             for port in sorted(fabric.neighbors[name]):
@@ -174,7 +174,7 @@ class VirtualFabric:
                 )
             self.counters[name] = CounterArrays(max(ports, default=0) + 1)
             pipeline = Pipeline(ports, self.counters[name], seed=seed * len(switches) + number)
-            pipeline.forwarding = forwarding(fabric, name, p4info_path or P4INFO)
+            pipeline.forwarding = forwarding(fabric, name, p4info)
             self.pipelines[name] = pipeline
         for name in switches:
             self._ingress[name] = self._make_ingress(name)
