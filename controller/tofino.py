@@ -97,14 +97,14 @@ def ecn_bands(thresholds: Thresholds, chip: Chip) -> list[EcnBand]:
     """docs/dataplane.md's marking rule in cells: certain from ecn_kmax, a ramp of
     ECN_BANDS steps up to pmax from ecn_kmin. Bands that would never mark are left out."""
     _, kmin_bytes, kmax_bytes, pmax = thresholds
-    kmin, kmax = cells(kmin_bytes, chip), cells(kmax_bytes, chip)
     top = (1 << QUEUE_DEPTH_BITS) - 1
-    bands = [EcnBand(min(kmax, top), top, None)]
+    kmin, kmax = (min(top, cells(n, chip)) for n in (kmin_bytes, kmax_bytes))
+    bands = [EcnBand(kmax, top, None)]
     span = kmax - kmin
     steps = min(ECN_BANDS, span)
     for i in range(steps):
         low, high = kmin + span * i // steps, kmin + span * (i + 1) // steps - 1
-        threshold = min(0xFFFF, pmax * (low + high - 2 * kmin) // (2 * span))
+        threshold = min(DRAW_TOP, pmax * (low + high - 2 * kmin) // (2 * span))
         if threshold > 0:
             bands.append(EcnBand(low, high, threshold))
     return bands
