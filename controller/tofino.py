@@ -364,7 +364,20 @@ class TofinoFabricController(FabricController):
                 put(wanted.groups, group_entity)
                 put(wanted.tables, nhop)
             put(wanted.routes, _Entity(table_entry=ecmp_route(index, ip, 32, group)))
+        self._check_sizes(switch, wanted)
         return wanted
+
+    def _check_sizes(self, switch: str, wanted: SwitchEntities) -> None:
+        """Refuse, before any write, more entries than a table holds."""
+        held: dict[int, int] = {}
+        for entity in [*wanted.tables.values(), *wanted.routes.values()]:
+            held[entity.table_entry.table_id] = held.get(entity.table_entry.table_id, 0) + 1
+        for table in self.p4info.tables:
+            if held.get(table.preamble.id, 0) > table.size > 0:
+                raise ConfigError(
+                    f"switch {switch}: {held[table.preamble.id]} entries for "
+                    f"{table.preamble.name}, which holds {table.size}"
+                )
 
     def _installed(self, client: SwitchClient) -> SwitchEntities:
         profile_id = ecmp_profile(self.index).preamble.id
