@@ -97,14 +97,14 @@ def ecn_bands(thresholds: Thresholds, chip: Chip) -> list[EcnBand]:
     """docs/dataplane.md's marking rule in cells: certain from ecn_kmax, a ramp of
     ECN_BANDS steps up to pmax from ecn_kmin. Bands that would never mark are left out."""
     _, kmin_bytes, kmax_bytes, pmax = thresholds
-    kmin, kmax = cells(kmin_bytes, chip), cells(kmax_bytes, chip)
     top = (1 << QUEUE_DEPTH_BITS) - 1
-    bands = [EcnBand(min(kmax, top), top, None)]
+    kmin, kmax = (min(top, cells(n, chip)) for n in (kmin_bytes, kmax_bytes))
+    bands = [EcnBand(kmax, top, None)]
     span = kmax - kmin
     steps = min(ECN_BANDS, span)
     for i in range(steps):
         low, high = kmin + span * i // steps, kmin + span * (i + 1) // steps - 1
-        threshold = min(0xFFFF, pmax * (low + high - 2 * kmin) // (2 * span))
+        threshold = min(DRAW_TOP, pmax * (low + high - 2 * kmin) // (2 * span))
         if threshold > 0:
             bands.append(EcnBand(low, high, threshold))
     return bands
@@ -364,7 +364,20 @@ class TofinoFabricController(FabricController):
                 put(wanted.groups, group_entity)
                 put(wanted.tables, nhop)
             put(wanted.routes, _Entity(table_entry=ecmp_route(index, ip, 32, group)))
+        self._check_sizes(switch, wanted)
         return wanted
+
+    def _check_sizes(self, switch: str, wanted: SwitchEntities) -> None:
+        """Refuse, before any write, more entries than a table holds."""
+        held: dict[int, int] = {}
+        for entity in [*wanted.tables.values(), *wanted.routes.values()]:
+            held[entity.table_entry.table_id] = held.get(entity.table_entry.table_id, 0) + 1
+        for table in self.p4info.tables:
+            if held.get(table.preamble.id, 0) > table.size > 0:
+                raise ConfigError(
+                    f"switch {switch}: {held[table.preamble.id]} entries for "
+                    f"{table.preamble.name}, which holds {table.size}"
+                )
 
     def _installed(self, client: SwitchClient) -> SwitchEntities:
         profile_id = ecmp_profile(self.index).preamble.id

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from host_agent.acks import ACK_DELAY, ACK_EVERY, AckCoalescer
+from host_agent.acks import ACK_DELAY, ACK_DELAY_PER_RTO, ACK_EVERY, AckCoalescer
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
 from host_agent.core.sender import MAX_TIMEOUTS
 from host_agent.events import (
@@ -174,7 +174,10 @@ class Endpoint:
         self.tx = ForgiveSender(
             dcqcn, rto=config.rto, rto_max=config.rto_max, max_timeouts=config.max_timeouts
         )
-        self.acks = AckCoalescer(config.ack_every, ACK_DELAY * config.time_scale)
+        # A held ACK must never outlast the peer's first timeout: at a fabric's own rates
+        # (the simulator) that timeout is microseconds, far below the emulation's ACK_DELAY.
+        ack_delay = min(ACK_DELAY * config.time_scale, config.rto / ACK_DELAY_PER_RTO)
+        self.acks = AckCoalescer(config.ack_every, ack_delay)
         self.counters: Counter = Counter()
         self._trim_keys = {
             dscp: f"rx_trims_{where}" for dscp, where in config.trim_locations.items()

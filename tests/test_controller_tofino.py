@@ -348,3 +348,15 @@ def test_entries_refuse_more_next_hops_than_the_selector_holds(switches) -> None
     small.write_text(text_format.MessageToString(info_text))
     with pytest.raises(ConfigError, match="exceed the selector"):
         TofinoFabricController(parse(desc), small, config)
+
+
+def test_more_entries_than_a_table_holds_are_refused(switches) -> None:
+    _, (a1, a2), info, config = switches
+    small = p4info("tofino")
+    for table in small.tables:
+        if table.preamble.name == ECN_TABLE:
+            table.size = 2
+    path = info.with_name("small-ecn.txtpb")
+    path.write_text(text_format.MessageToString(small))
+    with pytest.raises(ConfigError, match=r"ForgiveEgress\.ecn_marking, which holds 2"):
+        TofinoFabricController(parse(description(a1, a2)), path, config)

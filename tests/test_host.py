@@ -50,7 +50,7 @@ def test_an_ack_that_changes_the_mode_is_sent_at_once():
 
 
 def test_the_ack_hold_time_scales_with_the_run():
-    for scale in (1.0, 10.0):
+    for scale in (1.0, 5.0):
         endpoint = Endpoint(EndpointConfig(policy=parse_policy("dcqcn"), time_scale=scale))
         endpoint.register_flow(7, 0, "other", 0.0)
         endpoint.receive(data(7, 0, 1000, 100_000), PEER, False, 5.0)
@@ -59,6 +59,17 @@ def test_the_ack_hold_time_scales_with_the_run():
         endpoint.handle_timer(5.0 + ACK_DELAY * scale)
         ((peer, dscp, _, reply),) = endpoint.datagrams_to_send(5.0 + ACK_DELAY * scale)
         assert peer == PEER and dscp == Dscp.CONTROL and decode(reply)[0].seq == 1000
+
+
+def test_an_ack_is_never_held_past_a_quarter_of_the_first_timeout():
+    """At a fabric's own rates the first timeout is microseconds: a held ACK would fire it."""
+    rto = 20e-6
+    config = EndpointConfig(policy=parse_policy("dcqcn"), rto=rto, rto_max=10 * rto)
+    endpoint = Endpoint(config)
+    endpoint.register_flow(7, 0, "other", 0.0)
+    endpoint.receive(data(7, 0, 1000, 100_000), PEER, False, 5.0)
+    assert endpoint.datagrams_to_send(5.0) == [], "a plain ACK is held"
+    assert endpoint.get_timer() == pytest.approx(5.0 + rto / 4)
 
 
 class MisreportingBudget:

@@ -54,7 +54,7 @@ TABLES = {
             ("mark_draw", 16, _Match.RANGE),
         ],
         ["ForgiveEgress.mark_ce", "NoAction"],
-        2304,
+        1152,
     ),
 }
 COUNTERS = {

@@ -446,11 +446,14 @@ def _trainer_command(
     return cmd
 
 
-def agent_settings(config: RunConfig, fabric_plan: Plan) -> dict[str, Any]:
+def agent_settings(
+    config: RunConfig, fabric_plan: Plan, link_delay_s: float = 0.0
+) -> dict[str, Any]:
     """Every host's NIC rate, timer stretch and timeouts, and what the switches' trim DSCPs
-    say of where a trim happened, whichever engine runs it."""
+    say of where a trim happened, whichever engine runs it; `link_delay_s` is each link's
+    propagation delay (none on veths)."""
     sc = config.fabric.scaling
-    rto = initial_rto(fabric_plan)
+    rto = initial_rto(fabric_plan, link_delay_s)
     return {
         "line_rate_bps": sc.rate(config.fabric.host_link_gbps * 1e9),
         "time_scale": sc.time_scale,
@@ -460,12 +463,14 @@ def agent_settings(config: RunConfig, fabric_plan: Plan) -> dict[str, Any]:
     }
 
 
-def initial_rto(fabric_plan: Plan) -> float:
-    """A first timeout no shorter than a full data queue ahead of a packet plus a few hops'
-    serialisation at the host rate; later flows use the measured round trip instead."""
+def initial_rto(fabric_plan: Plan, link_delay_s: float = 0.0) -> float:
+    """A first timeout no shorter than the longest path's propagation round trip plus a
+    full data queue ahead of a packet and a few hops' serialisation at the host rate;
+    later flows use the measured round trip instead."""
     host_rate = fabric_plan.spec.scaling.rate(fabric_plan.spec.host_link_gbps * 1e9)
     queued = fabric_plan.thresholds().data_queue_bytes + 4 * FRAME_BYTES
-    return queued * 8 / host_rate
+    hops = 4 if fabric_plan.spec.spines else 2
+    return 2 * hops * link_delay_s + queued * 8 / host_rate
 
 
 def _mac_text(mac: int) -> str:

@@ -69,7 +69,8 @@ def run_simulated(
     fabric = parse_description(
         fabric_plan.controller_description(sim_endpoints(fabric_plan.switches))
     )
-    settings = agent_settings(config, fabric_plan)
+    time_scale = config.fabric.scaling.time_scale
+    settings = agent_settings(config, fabric_plan, LINK_DELAY_S * time_scale)
     host = HostConfig(
         endpoint=EndpointConfig(policy=parse_policy(config.policy), seed=config.seed, **settings)
     )
@@ -78,7 +79,6 @@ def run_simulated(
     out_dir.mkdir(parents=True, exist_ok=True)
     train_files = {h.name: out_dir / f"{h.name}.train.jsonl" for h in fabric_plan.hosts}
     stats_files = {h.name: out_dir / f"{h.name}.agent.jsonl" for h in fabric_plan.hosts}
-    time_scale = config.fabric.scaling.time_scale
     timeline: list[dict] = []
     progress = Progress(label or f"{config.policy} seed {config.seed}", config.workload.steps)
     if tty is not None:

@@ -88,16 +88,15 @@ def host_ports(fabric: Fabric) -> list[HostPort]:
     return out
 
 
-def forwarding(fabric: Fabric, switch: str, p4info_path) -> Forwarding:
+def forwarding(fabric: Fabric, switch: str, p4info) -> Forwarding:
     """The lookup snapshot of `switch` after the controller's entries and default entries, as
     P4Runtime writes them."""
     from p4.v1 import p4runtime_pb2
 
     from controller.fabric_control import switch_defaults, switch_entries
 
-    info = load_p4info(p4info_path)
-    index = P4InfoIndex(info)
-    store = TableStore(load_pipeline(info))
+    index = P4InfoIndex(p4info)
+    store = TableStore(load_pipeline(p4info))
     _Update = p4runtime_pb2.Update
     for kind, entries in (
         (_Update.INSERT, switch_entries(fabric, index, switch)),
@@ -161,6 +160,7 @@ class VirtualFabric:
         self._busy: dict[str, set[int]] = {}
         """Per switch, the ports with a departure scheduled."""
         switches = sorted(fabric.switches)
+        p4info = load_p4info(p4info_path or P4INFO)
         for number, name in enumerate(switches):
             ports = {}
             for port in sorted(fabric.neighbors[name]):
@@ -181,7 +181,7 @@ class VirtualFabric:
                 )
             self.counters[name] = CounterArrays(max(ports, default=0) + 1)
             pipeline = Pipeline(ports, self.counters[name], seed=seed * len(switches) + number)
-            pipeline.forwarding = forwarding(fabric, name, p4info_path or P4INFO)
+            pipeline.forwarding = forwarding(fabric, name, p4info)
             self.pipelines[name] = pipeline
         for name in switches:
             self._ingress[name] = self._make_ingress(name)

@@ -47,11 +47,12 @@ const bit<32> PREPENDED_BYTES = 6;
 const MirrorType_t MIRROR_TYPE_TRIM = 1;
 
 /* Sizes of the ECMP selector (members, groups, members per group) and of the
- * ECN band table (the controller installs up to 9 entries per managed port). */
+ * ECN band table: up to 9 entries per managed port, for 128 ports (a 32-port
+ * switch with every port split in four). Range keys cost TCAM words per entry. */
 const bit<32> ECMP_MEMBERS = 4096;
 const bit<32> ECMP_GROUPS = 1024;
 const bit<32> ECMP_MAX_GROUP_SIZE = 64;
-const bit<32> ECN_BAND_ENTRIES = 2304;
+const bit<32> ECN_BAND_ENTRIES = 1152;
 
 /*************************************************************************
  *  Headers and metadata
