@@ -1,13 +1,9 @@
-"""Raw AF_PACKET sockets on the host's interface: one to receive, one to send through a ring.
+"""One raw AF_PACKET socket on the host's interface.
 
 A classic BPF filter admits only ARP and unfragmented option-less IPv4/UDP to
 port 17991, so the kernel wakes the agent for nothing else; the agent's own
 transmissions are not looped back to it. Socket buffers are forced large because
 one receive loop serves every flow of the host and falls behind in bursts.
-
-Frames go out through a memory-mapped transmit ring (PACKET_TX_RING,
-TPACKET_V2): the loop writes a batch of frames into the ring's slots and one
-`send` hands them all to the kernel, instead of one system call per frame.
 """
 
 from __future__ import annotations
@@ -15,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
-import mmap
 import socket
 import struct
 from collections.abc import Iterable
@@ -33,21 +28,6 @@ PACKET_STATISTICS = 6
 SIOCGIFADDR = 0x8915
 BUFFER_BYTES = 64 << 20
 RECV_BYTES = 65536
-PACKET_VERSION = 10
-PACKET_TX_RING = 13
-PACKET_LOSS = 14
-TPACKET_V2 = 1
-TX_SLOT = 8192
-"""Bytes per transmit slot: the TPACKET_V2 header (32) and one frame (a full DATA frame is 4154)."""
-TX_SLOTS = 512
-TX_DATA_AT = 32
-"""Where a frame starts in its slot: TPACKET_ALIGN(sizeof(struct tpacket2_hdr))."""
-TP_STATUS_AVAILABLE = 0
-TP_STATUS_SEND_REQUEST = 1
-TP_STATUS_WRONG_FORMAT = 4
-_U32 = struct.Struct("I")
-_SLOT_HEADER = struct.Struct("III")
-"""tp_status, tp_len, tp_snaplen: the start of struct tpacket2_hdr."""
 
 # (code, jt, jf, k): accept ARP, or IPv4 + UDP + not a fragment + dport 17991 (IHL 5 assumed).
 _FILTER = (
@@ -107,76 +87,6 @@ def hold_udp_port(ip: str) -> socket.socket | None:
     return sock
 
 
-class TxRing:
-    """A PACKET_TX_RING on its own socket: frames are copied into slots, one `send` sends them.
-
-    A slot is free again once the kernel has sent its frame; one still busy when
-    the ring comes round to it is flushed first, and a frame that still finds no
-    slot is counted as lost, as a full device queue would lose it.
-    """
-
-    def __init__(self, iface: str) -> None:
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-        try:
-            self.sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
-            self.sock.setsockopt(SOL_PACKET, PACKET_LOSS, 1)  # skip a bad frame, send the rest
-            req = struct.pack("IIII", TX_SLOT * 16, TX_SLOTS // 16, TX_SLOT, TX_SLOTS)
-            self.sock.setsockopt(SOL_PACKET, PACKET_TX_RING, req)
-            self.sock.bind((iface, 0))
-            self.ring = mmap.mmap(self.sock.fileno(), TX_SLOT * TX_SLOTS)
-        except OSError:
-            self.sock.close()
-            raise
-        self._next = 0
-        self.lost = 0
-
-    def send(self, frames: Iterable[tuple[bytes, ...]]) -> None:
-        ring = self.ring
-        status, header = _U32.unpack_from, _SLOT_HEADER.pack_into
-        i = self._next
-        pending = 0
-        for parts in frames:
-            off = i * TX_SLOT
-            if status(ring, off)[0] != TP_STATUS_AVAILABLE:
-                if pending:
-                    self.flush()
-                    pending = 0
-                if status(ring, off)[0] != TP_STATUS_AVAILABLE:
-                    self.lost += 1
-                    continue
-            at = start = off + TX_DATA_AT
-            limit = off + TX_SLOT
-            for part in parts:
-                end = at + len(part)
-                if end > limit:
-                    break  # no frame the host builds is this long
-                ring[at:end] = part
-                at = end
-            else:
-                # The kernel reads a slot only inside `send`, so the order of these
-                # stores does not matter.
-                header(ring, off, TP_STATUS_SEND_REQUEST, at - start, at - start)
-                pending += 1
-                i = (i + 1) % TX_SLOTS
-                continue
-            self.lost += 1
-        self._next = i
-        if pending:
-            self.flush()
-
-    def flush(self) -> None:
-        try:
-            self.sock.send(b"", socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            pass  # the kernel has the frames and sends them as the device takes them
-        except OSError:
-            self.lost += 1
-
-    def close(self) -> None:
-        self.ring.close()
-        self.sock.close()
-
-
 class RawLink:
     """Frames in and out of one interface; send failures are counted, never raised."""
 
@@ -199,18 +109,8 @@ class RawLink:
             raise
         self.sock.setblocking(False)
         self.mac: bytes = self.sock.getsockname()[4]
-        try:
-            self.tx = TxRing(iface)
-        except OSError:
-            self.sock.close()
-            raise
-        self._tx_errors = 0
+        self.tx_errors = 0
         self._kernel_drops = 0
-
-    @property
-    def tx_errors(self) -> int:
-        """Frames lost on the way out: a full ring or a failed send."""
-        return self._tx_errors + self.tx.lost
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -227,17 +127,18 @@ class RawLink:
         return out
 
     def send(self, headers: bytes, body: bytes) -> None:
-        """One frame at once, with a system call of its own (tools and benchmarks)."""
-        try:
-            self.sock.sendmsg((headers, body))
-        except OSError:
-            # A full device queue loses the frame exactly as a congested link would;
-            # the transport above recovers it.
-            self._tx_errors += 1
+        self.send_frames(((headers, body),))
 
     def send_frames(self, frames: Iterable[tuple[bytes, ...]]) -> None:
-        """Every frame through the transmit ring, with one system call for the batch."""
-        self.tx.send(frames)
+        """Each frame (its parts joined by a scatter-gather send); failures are counted."""
+        sendmsg = self.sock.sendmsg
+        for parts in frames:
+            try:
+                sendmsg(parts)
+            except OSError:
+                # A full device queue loses the frame exactly as a congested link would;
+                # the transport above recovers it.
+                self.tx_errors += 1
 
     def kernel_drops(self) -> int:
         """Frames the kernel dropped because the socket's receive buffer was full.
@@ -249,5 +150,4 @@ class RawLink:
         return self._kernel_drops
 
     def close(self) -> None:
-        self.tx.close()
         self.sock.close()
