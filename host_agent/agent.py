@@ -35,11 +35,7 @@ IDLE_WAIT = 0.5
 SPIN_BELOW = 30e-6
 """Deadlines closer than this are polled for, not slept on: a sleep and wake-up costs more."""
 BUSY_CHECK = 20e-6
-"""While the loop spins, sockets are looked at this often rather than every iteration."""
-SEND_AHEAD = 20e-6
-"""DATA due this soon goes out now, in the same batch: one system call per batch, and the
-loop wakes once per batch instead of once per paced packet. No frame leaves earlier than
-this before its time, a fraction of one frame's time at the emulation's rates."""
+"""While packets are overdue, sockets are looked at this often rather than every iteration."""
 MIN_MTU = IPV4_LEN + UDP_LEN + FTH_LEN + PACKET_BYTES
 """IPv4 bytes of a full DATA packet (4140): the smallest MTU that carries one unfragmented."""
 PR_SET_TIMERSLACK = 29
@@ -128,8 +124,8 @@ class HostAgent:
             now = time.monotonic()
             timeout = self._timeout(now)
             if timeout < SPIN_BELOW:
-                if now - checked < BUSY_CHECK:
-                    continue  # due soon: keep at it, look at the sockets shortly
+                if timeout == 0.0 and now - checked < BUSY_CHECK:
+                    continue  # more is due already: keep sending, look at sockets shortly
                 timeout = 0.0
             checked = now
             ready, writable, _ = select.select(self._fds, list(self._writers), [], timeout)
@@ -150,9 +146,8 @@ class HostAgent:
         """
         host = self.host
         send_frames = self.link.send_frames
-        until = now + SEND_AHEAD if data else now
         while True:
-            frames = host.frames_to_send(until, data)
+            frames = host.frames_to_send(now, data)
             if frames:
                 send_frames(frames)
             event = host.next_event()
@@ -164,13 +159,8 @@ class HostAgent:
                 event = host.next_event()
 
     def _timeout(self, now: float) -> float:
-        """How long to wait: until the host's timer less SEND_AHEAD, or an application's."""
         deadline = now + IDLE_WAIT
-        host = self.host.get_timer()
-        if host is not None:
-            deadline = min(deadline, host - SEND_AHEAD)
-        for app in self.apps:
-            candidate = app.get_timer()
+        for candidate in (self.host.get_timer(), *(app.get_timer() for app in self.apps)):
             if candidate is not None and candidate < deadline:
                 deadline = candidate
         return max(deadline - now, 0.0)
