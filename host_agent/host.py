@@ -76,7 +76,7 @@ class Host:
         config.validate()
         self.config = config
         self.endpoint = Endpoint(config.endpoint, log, warn)
-        self._warn = self.endpoint._warn
+        self._warn = self.endpoint.warn
         self.counters = self.endpoint.counters
         self.mac = mac
         self.ip = ip_bytes(ip)

@@ -88,7 +88,7 @@ class VirtualFabric:
                 endpoint=replace(host.endpoint, line_rate_bps=fabric.host_rate_bps),
             )
             log = StatsLog(self.logs[i], fabric.ip(i))
-            self.hosts.append(Host(config, fabric.mac(i), fabric.ip(i), log, warn=self._warn))
+            self.hosts.append(Host(config, fabric.mac(i), fabric.ip(i), log, warn=self.warn))
         self.warnings: list[str] = []
         self.apps: list[list] = [[] for _ in range(fabric.hosts)]
         self.counters = CounterArrays(fabric.hosts)
@@ -111,7 +111,7 @@ class VirtualFabric:
         self._host_free = [0.0] * fabric.hosts
         """When each host's link is free again (frames leave it one after another)."""
 
-    def _warn(self, message: str) -> None:
+    def warn(self, message: str) -> None:
         self.warnings.append(message)
 
     def _put(self, at: float, to_switch: bool, index: int, frame: bytes) -> None:
@@ -203,7 +203,7 @@ def train(
     outs = [io.StringIO() for _ in range(fabric.hosts)]
     ranks = []
     for i in range(fabric.hosts):
-        rank = Rank(replace(ranks_cfg, rank=i), sim.hosts[i].endpoint, outs[i], warn=sim._warn)
+        rank = Rank(replace(ranks_cfg, rank=i), sim.hosts[i].endpoint, outs[i], warn=sim.warn)
         sim.apps[i].append(rank)
         ranks.append(rank)
     for rank in ranks:
