@@ -32,7 +32,9 @@ from host_agent.wire import Flag, Opcode, peek
 ACK_EVERY = 32
 """Data packets acknowledged by one ACK at most."""
 ACK_DELAY = 300e-6
-"""Longest an ACK is held at time scale 1: far below any retransmission timeout."""
+"""Longest an ACK is held at time scale 1, unless the first timeout is short (below)."""
+ACK_DELAY_PER_RTO = 4
+"""An ACK is held at most a quarter of the first retransmission timeout."""
 
 _ACK = int(Opcode.ACK)
 _ECE = int(Flag.ECE)

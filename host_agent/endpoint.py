@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from host_agent.acks import ACK_DELAY, ACK_EVERY, AckCoalescer
+from host_agent.acks import ACK_DELAY, ACK_DELAY_PER_RTO, ACK_EVERY, AckCoalescer
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
 from host_agent.core.sender import MAX_TIMEOUTS
 from host_agent.events import (
@@ -161,7 +161,10 @@ class Endpoint:
         self.tx = ForgiveSender(
             dcqcn, rto=config.rto, rto_max=config.rto_max, max_timeouts=config.max_timeouts
         )
-        self.acks = AckCoalescer(config.ack_every, ACK_DELAY * config.time_scale)
+        # A held ACK must never outlast the peer's first timeout: at a fabric's own rates
+        # (the simulator) that timeout is microseconds, far below the emulation's ACK_DELAY.
+        ack_delay = min(ACK_DELAY * config.time_scale, config.rto / ACK_DELAY_PER_RTO)
+        self.acks = AckCoalescer(config.ack_every, ack_delay)
         self.counters: Counter = Counter()
         self._sending: dict[int, _Sending] = {}
         self._receiving: dict[int, _Receiving] = {}
@@ -430,6 +433,9 @@ class Endpoint:
                 ce_marks=state["ce_marks"],
                 cnps_sent=state["cnps_sent"],
                 exemption_eligible=state["exemption_eligible"],
+                forgiven_ranges=(
+                    tuple(self.rx.forgiven_ranges(flow_id)) if state["forgiven_bytes"] else ()
+                ),
                 payload=self.rx.payload(flow_id) if flow.deliver else None,
             )
             flow.completed = True

@@ -54,6 +54,8 @@ class RecvDone:
     ce_marks: int
     cnps_sent: int
     exemption_eligible: bool
+    forgiven_ranges: tuple[tuple[int, int], ...] = ()
+    """The byte ranges forgiven (zero-filled in `payload`), for the run's loss record."""
     payload: bytes | None = None
     """The flow's bytes, forgiven ranges zero-filled, when it was registered to deliver."""
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from workload.lossrecord import LossRecord
+
 pytestmark = [
     pytest.mark.netns,
     pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
@@ -64,6 +66,10 @@ def test_short_run_completes_with_accounting_that_adds_up(tmp_path, clean):
     assert run["trims"] > 0 and run["ce_marks"] > 0, "the 2:1 fabric should congest"
     for step in run["steps"]:
         assert step["forgiven_bytes"] <= step["budget_bytes"]
+    # the loss record lists every forgiven range with its place in the ring
+    loss = LossRecord.from_json(run["loss"])
+    assert (loss.layout.ranks, loss.layout.steps) == (4, 3)
+    assert sum(e.lost_bytes for e in loss.entries) == sum(s["forgiven_bytes"] for s in run["steps"])
     for name in ("step_times.png", "forgiven_vs_budget.png", "trims_over_time.png", "table.txt"):
         assert (out / name).stat().st_size > 0
     assert len(list((out / "forgive-seed1").glob("h*.agent.jsonl"))) == 4

@@ -17,7 +17,7 @@ from host_agent.host import Host, HostConfig
 from host_agent.policies import parse_policy
 from host_agent.stats import StatsLog
 from host_agent.wire import Dscp, Flag, Fth, Opcode, decode
-from topologies.virtual import StarFabric, VirtualFabric
+from topologies.virtual import VirtualFabric, host_ports, star
 from workload.plan import Kind, TrainingConfig, flow_id
 from workload.rank import Rank
 
@@ -50,7 +50,7 @@ def test_an_ack_that_changes_the_mode_is_sent_at_once():
 
 
 def test_the_ack_hold_time_scales_with_the_run():
-    for scale in (1.0, 10.0):
+    for scale in (1.0, 5.0):
         endpoint = Endpoint(EndpointConfig(policy=parse_policy("dcqcn"), time_scale=scale))
         endpoint.register_flow(7, 0, "other", 0.0)
         endpoint.receive(data(7, 0, 1000, 100_000), PEER, False, 5.0)
@@ -59,6 +59,17 @@ def test_the_ack_hold_time_scales_with_the_run():
         endpoint.handle_timer(5.0 + ACK_DELAY * scale)
         ((peer, dscp, _, reply),) = endpoint.datagrams_to_send(5.0 + ACK_DELAY * scale)
         assert peer == PEER and dscp == Dscp.CONTROL and decode(reply)[0].seq == 1000
+
+
+def test_an_ack_is_never_held_past_a_quarter_of_the_first_timeout():
+    """At a fabric's own rates the first timeout is microseconds: a held ACK would fire it."""
+    rto = 20e-6
+    config = EndpointConfig(policy=parse_policy("dcqcn"), rto=rto, rto_max=10 * rto)
+    endpoint = Endpoint(config)
+    endpoint.register_flow(7, 0, "other", 0.0)
+    endpoint.receive(data(7, 0, 1000, 100_000), PEER, False, 5.0)
+    assert endpoint.datagrams_to_send(5.0) == [], "a plain ACK is held"
+    assert endpoint.get_timer() == pytest.approx(5.0 + rto / 4)
 
 
 class MisreportingBudget:
@@ -233,21 +244,24 @@ def test_a_flow_nobody_acknowledges_fails_once_and_stops():
 
 def test_a_rank_whose_peer_never_answers_fails_with_a_reason():
     """Rank 1 has a host but no training loop: its receiver knows none of rank 0's flows."""
-    fabric = StarFabric(hosts=2)
+    fabric = star(hosts=2)
+    ips = [h.ip for h in host_ports(fabric)]
     host = HostConfig(
         endpoint=EndpointConfig(
             policy=parse_policy("forgive"), rto=1e-3, rto_max=4e-3, max_timeouts=3
         )
     )
-    sim = VirtualFabric(fabric, host)
-    cfg = TrainingConfig(ranks=(fabric.ip(0), fabric.ip(1)), rank=0, steps=2)
+    sim = VirtualFabric(fabric, host, delay_s=2e-6)
+    cfg = TrainingConfig(ranks=(ips[0], ips[1]), rank=0, steps=2)
     out = io.StringIO()
     rank = Rank(cfg, sim.hosts[0].endpoint, out)
     sim.apps[0].append(rank)
     rank.start(0.0)
+    sim.start()
     sim.run(lambda: rank.finished, limit_s=5.0)
     assert rank.failed and rank.failure is not None
     assert rank.failure.startswith(f"flow {flow_id(0, Kind.BARRIER, 0, 1)} to 10.0.0.2 failed: ")
     assert "\n" not in rank.failure and sim.now < 1.0
-    (record,) = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert record["type"] == "train_failed" and record["reason"] == rank.failure
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["type"] for r in records] == ["loss_layout", "train_failed"]
+    assert records[1]["reason"] == rank.failure

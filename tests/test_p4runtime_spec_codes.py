@@ -1,6 +1,7 @@
 """Status codes P4Runtime 1.4 prescribes, asked of the model and of BMv2 where it is installed.
 
-Each case is one request against a fresh switch with forgive.p4 pushed. The model
+Each case is one request (or a short exchange) against a fresh switch with forgive.p4
+pushed. The model
 must answer what the specification says; BMv2 (its PI server) is held to what it
 answers, so a difference is written down here and in docs/switch_model.md rather
 than found by a controller.
@@ -8,6 +9,7 @@ than found by a controller.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
@@ -16,7 +18,7 @@ import pytest
 from p4.v1 import p4runtime_pb2
 from switch_harness import Bmv2Process, device_config, free_tcp_port, p4info
 
-from controller.client import SwitchClient, WriteFailed
+from controller.client import SwitchClient, SwitchUnreachable, WriteFailed
 from controller.p4info import P4InfoIndex
 from switch_model import surface
 from switch_model.dataplane import Dataplane
@@ -46,18 +48,22 @@ def switch(request) -> Iterator[tuple[str, SwitchClient]]:
         yield request.param, client
 
 
-def route(**change) -> p4runtime_pb2.Update:
+def route_to(ip: int, kind: int = _Update.INSERT, **change) -> p4runtime_pb2.Update:
     entry = INDEX.table_entry(
         surface.LPM_TABLE,
-        {"hdr.ipv4.dstAddr": (0x0A000001, 32)},
+        {"hdr.ipv4.dstAddr": (ip, 32)},
         surface.SET_NHOP,
         {"dmac": 0x020000000001, "port": 1},
     )
     for key, value in change.items():
         setattr(entry, key, value)
-    u = _Update(type=_Update.INSERT)
+    u = _Update(type=kind)
     u.entity.table_entry.CopyFrom(entry)
     return u
+
+
+def route(**change) -> p4runtime_pb2.Update:
+    return route_to(0x0A000001, **change)
 
 
 def write_code(client: SwitchClient, u: p4runtime_pb2.Update) -> str:
@@ -146,6 +152,31 @@ def counter_negative_index(client):
     return write_code(client, counter_update(-1))
 
 
+def lower_id_after_the_primary_left(client):
+    client.close()
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        late = SwitchClient("s2", client.address, 1, election_id=5, timeout=3)
+        try:
+            late.connect()
+        except SwitchUnreachable:
+            time.sleep(0.2)
+            continue
+        late.close()
+        return "primary"
+    return "backup"
+
+
+def many_failures(client):
+    try:
+        client.write([route_to(0x0B000000 + i, _Update.DELETE) for i in range(200)])
+    except WriteFailed as err:
+        return err.errors[0][1]
+    except grpc.RpcError as err:
+        return err.code().name
+    return "OK"
+
+
 CASES: dict[str, tuple[Callable[[SwitchClient], str], str, str]] = {
     # case: (request, the specification's answer (the model's), BMv2's answer)
     "match value wider than its field": (wide_match, "OUT_OF_RANGE", "INVALID_ARGUMENT"),
@@ -157,6 +188,8 @@ CASES: dict[str, tuple[Callable[[SwitchClient], str], str, str]] = {
     "counter MODIFY without index": (counter_without_index, "OK", "UNIMPLEMENTED"),
     "counter index -1": (counter_negative_index, "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
     "device config of random bytes": (random_device_config, "INVALID_ARGUMENT", "UNKNOWN"),
+    "id 5 once the primary (10) left": (lower_id_after_the_primary_left, "backup", "primary"),
+    "200 failing updates in one Write": (many_failures, "NOT_FOUND", "RESOURCE_EXHAUSTED"),
 }
 
 

@@ -326,3 +326,18 @@ def test_payload_is_kept_per_flow_and_grows_with_the_data():
         rx.receive(data(flow, K, K, 4 * K, fill=9), False, 0.0)
     assert rx.payload(1) == b""
     assert rx.payload(2) == bytes(K) + bytes([9]) * K + bytes(2 * K)
+
+
+def test_forgiven_ranges_outlive_the_scoreboard_and_match_the_zero_fill():
+    rx = receiver(expected=40 * K)
+    fill(rx, 30 * K, 40 * K)
+    for seq in (30 * K, 31 * K, 33 * K):  # two adjacent ranges merge, one stands apart
+        assert only(rx.receive(trim(FLOW, seq, K, 40 * K), False, 1.0)).opcode == Opcode.ACK
+    rx.receive(data(FLOW, 32 * K, K, 40 * K), False, 0.0)
+    for seq in range(34 * K, 40 * K, K):
+        rx.receive(data(FLOW, seq, K, 40 * K), False, 0.0)
+    assert rx.flow_state(FLOW)["complete"] and rx.flow_ranges(FLOW) == []
+    assert rx.forgiven_ranges(FLOW) == [(30 * K, 32 * K), (33 * K, 34 * K)]
+    payload = rx.payload(FLOW)
+    zero = [i for i in range(0, 40 * K, K) if payload[i : i + K] == bytes(K)]
+    assert zero == [30 * K, 31 * K, 33 * K]

@@ -1,8 +1,9 @@
 """Turn what a run left behind (each host's JSON lines, the switches' counters) into a RunResult.
 
 Each host writes two files: the training loop's records (`train_step`,
-`train_done`) and its agent's statistics (`flow_send`, `flow_recv`,
-`flow_shed`, `bound_violation`, the closing `agent` summary).
+`train_done`, the loss record's `loss_layout` and `loss` lines) and its agent's
+statistics (`flow_send`, `flow_recv`, `flow_shed`, `bound_violation`, the
+closing `agent` summary).
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from topologies.results import RunResult, StepResult
+from workload.lossrecord import LossRecord, LossRecordError, StepClass, assemble
+
+ENGINE = "mininet"
+"""The engine named in the loss records this module assembles."""
 
 
 class CollectError(RuntimeError):
@@ -60,6 +65,40 @@ def _steps(train: dict[str, list[dict[str, Any]]]) -> list[StepResult]:
     return steps
 
 
+def loss_record(train: dict[str, list[dict[str, Any]]]) -> LossRecord:
+    """Every rank's loss lines as one record, checked against what each rank said it lost per step."""
+    records = [rec for recs in train.values() for rec in recs]
+    by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for rec in records:
+        if rec.get("type") == "train_step":
+            by_step[rec["step"]].append(rec)
+    steps = [
+        StepClass(step, any(r["critical"] for r in recs), max(r["p"] for r in recs))
+        for step, recs in sorted(by_step.items())
+    ]
+    try:
+        record = assemble(
+            [r for r in records if r.get("type") == "loss_layout"],
+            [r for r in records if r.get("type") == "loss"],
+            steps,
+            ENGINE,
+        )
+    except LossRecordError as err:
+        raise CollectError(f"loss record: {err}") from None
+    lost: dict[tuple[int, int], int] = defaultdict(int)
+    for entry in record.entries:
+        lost[entry.step, entry.dst] += entry.lost_bytes
+    for step, recs in by_step.items():
+        for r in recs:
+            said = r["grad_forgiven"] + r["grad_shed"]
+            if lost[step, r["rank"]] != said:
+                raise CollectError(
+                    f"loss record: rank {r['rank']} step {step} lists {lost[step, r['rank']]} "
+                    f"bytes lost, its step record {said}"
+                )
+    return record
+
+
 def collect(
     *,
     policy: str,
@@ -88,6 +127,7 @@ def collect(
         for name, value in counters.items():
             switch_total[name] += value
     gradient_recvs = [r for r in recvs if r["traffic_class"] == "gradient"]
+    loss = loss_record(train)
     return RunResult(
         policy=policy,
         seed=seed,
@@ -108,6 +148,7 @@ def collect(
         bound_violations=sum(1 for r in stats if r["type"] == "bound_violation"),
         switch_counters={k: dict(v) for k, v in switch_counters.items()},
         timeline=list(timeline),
+        loss=loss.to_json(),
         accounting={
             "flow_bytes_sent": sum(r["bytes"] for r in sends),
             "flow_bytes_received": sum(r["received_bytes"] for r in recvs),

@@ -26,11 +26,15 @@ Every error names the file and the key, in one line, before anything starts.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from controller.p4info import ConfigError
+from controller.topology import MAX_RATE_BPS
+from controller.topology import parse as parse_description
 from switch_model.surface import PMAX_ONE, Thresholds
 from topologies.scaling import Scaling, ScalingError
 
@@ -76,6 +80,10 @@ PRESETS: dict[str, FabricSpec] = {
     "4to1": FabricSpec("4to1", leaves=2, spines=1, hosts_per_leaf=4),
     # Every host on one switch: the many-to-one burst converges on one egress port.
     "incast": FabricSpec("incast", leaves=1, spines=0, hosts_per_leaf=6),
+    # The note's own fabrics: 64 ranks on 8 leaves of 8 hosts, 8, 4 or 2 spines per leaf.
+    "note-1to1": FabricSpec("note-1to1", leaves=8, spines=8, hosts_per_leaf=8),
+    "note-2to1": FabricSpec("note-2to1", leaves=8, spines=4, hosts_per_leaf=8),
+    "note-4to1": FabricSpec("note-4to1", leaves=8, spines=2, hosts_per_leaf=8),
 }
 
 
@@ -91,8 +99,10 @@ def _check(spec: FabricSpec) -> FabricSpec:
         raise FabricError("a fabric needs at least two hosts")
     if spec.leaves > 250 or spec.hosts_per_leaf > 250 or spec.spines > 250:
         raise FabricError("at most 250 leaves, spines and hosts per leaf")
-    if spec.host_link_gbps <= 0 or spec.spine_link_gbps <= 0:
-        raise FabricError("link rates must be > 0")
+    for key in ("host_link_gbps", "spine_link_gbps"):
+        gbps = getattr(spec, key)
+        if not 0 < gbps <= MAX_RATE_BPS / 1e9:
+            raise FabricError(f"{key} must lie in (0, {MAX_RATE_BPS / 1e9:g}], got {gbps}")
     sw = spec.switch
     if not 0 < sw.ecn_kmin_bytes <= sw.ecn_kmax_bytes <= sw.data_queue_bytes:
         raise FabricError("need 0 < ecn_kmin_bytes <= ecn_kmax_bytes <= data_queue_bytes")
@@ -100,9 +110,28 @@ def _check(spec: FabricSpec) -> FabricSpec:
         raise FabricError(f"ecn_pmax must lie in [0, 1], got {sw.ecn_pmax}")
     try:
         spec.scaling.queue(sw.data_queue_bytes, "data_queue_bytes")
+        spec.scaling.link(spec.host_link_gbps * 1e9, f"host_link_gbps = {spec.host_link_gbps:g}")
+        if spec.spines:
+            spec.scaling.link(
+                spec.spine_link_gbps * 1e9, f"spine_link_gbps = {spec.spine_link_gbps:g}"
+            )
     except ScalingError as err:
         raise FabricError(str(err)) from None
+    _check_description(spec)
     return spec
+
+
+def _check_description(spec: FabricSpec) -> None:
+    """The controller's parse of the description a run will hand it, before anything starts."""
+    fabric_plan = plan(spec)
+    endpoints = {
+        name: {"target": "model", "grpc": f"127.0.0.1:{i + 1}", "control": "check"}
+        for i, name in enumerate(fabric_plan.switches)
+    }
+    try:
+        parse_description(fabric_plan.controller_description(endpoints))
+    except ConfigError as err:
+        raise FabricError(f"the scaled fabric is refused by the controller: {err}") from None
 
 
 def preset(name: str, scaling: Scaling | None = None) -> FabricSpec:
@@ -125,10 +154,13 @@ def _typed(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
     value = table[key]
     ok = isinstance(value, kind) and not isinstance(value, bool)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
+        value, ok = float(value), math.isfinite(value)
+    elif kind is float and ok:
+        ok = math.isfinite(value)
     if not ok:
         raise FabricError(
-            f"{where}{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+            f"{where}{key} must be {'an integer' if kind is int else 'a finite number'}, "
+            f"got {value!r}"
         )
     return value
 
@@ -177,9 +209,13 @@ def parse(doc: dict[str, Any]) -> FabricSpec:
 def load(path: str | Path) -> FabricSpec:
     """Read and validate a fabric file; every failure is a FabricError naming the file."""
     try:
-        doc = tomllib.loads(Path(path).read_text())
+        doc = tomllib.loads(Path(path).read_bytes().decode())
     except OSError as err:
         raise FabricError(f"fabric file {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise FabricError(f"fabric file {path}: not TOML (not UTF-8 text: {err})") from None
+    except RecursionError:
+        raise FabricError(f"fabric file {path}: not TOML (nested too deep)") from None
     except tomllib.TOMLDecodeError as err:
         raise FabricError(f"fabric file {path}: not TOML: {err}") from None
     try:
@@ -252,8 +288,8 @@ class Plan:
 def plan(spec: FabricSpec) -> Plan:
     """Name every switch, host and link; ports count from 1, hosts first, then uplinks."""
     sc = spec.scaling
-    host_rate = sc.rate(spec.host_link_gbps * 1e9)
-    uplink_rate = sc.rate(spec.spine_link_gbps * 1e9)
+    host_rate = sc.link(spec.host_link_gbps * 1e9, "host_link_gbps")
+    uplink_rate = sc.link(spec.spine_link_gbps * 1e9, "spine_link_gbps") if spec.spines else 0
     leaves = [f"leaf{i + 1}" for i in range(spec.leaves)]
     spines = [f"spine{i + 1}" for i in range(spec.spines)]
     hosts, links = [], []

@@ -8,6 +8,7 @@ rerunning anything. `topologies.report` writes and reads that folder.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -54,6 +55,8 @@ class RunResult:
     """Samples over the run: time and cumulative trims and CE marks over all switches."""
     accounting: dict[str, int] = field(default_factory=dict)
     """Totals that must add up across hosts and switches (see topologies.collect)."""
+    loss: dict[str, Any] | None = None
+    """The run's loss record (workload.lossrecord, schema in docs/impact.md); None in older results."""
 
     @property
     def gradient_bytes(self) -> int:
@@ -104,11 +107,27 @@ def _pct(part: float, whole: float) -> float:
 
 # -- comparison -------------------------------------------------------------------
 
+
+def _duration(decimals: int) -> str:
+    """A format marker: at least `decimals` decimals and three significant digits, so that a
+    simulated run's milliseconds read as clearly as an emulated run's seconds."""
+    return f"duration:{decimals}"
+
+
+def _format(fmt: str, value: Any) -> str:
+    if fmt.startswith("duration:"):
+        decimals = int(fmt.partition(":")[2])
+        if value:
+            decimals = max(decimals, 2 - math.floor(math.log10(abs(value))))
+        return f"{value:.{decimals}f}"
+    return fmt.format(value)
+
+
 COLUMNS = [
-    ("training_time_s", "train s", "{:.2f}"),
+    ("training_time_s", "train s", _duration(2)),
     ("time_vs_tight_pct", "vs tight %", "{:+.1f}"),
-    ("allreduce_critical_ms", "AR crit ms", "{:.0f}"),
-    ("allreduce_noncritical_ms", "AR non-crit ms", "{:.0f}"),
+    ("allreduce_critical_ms", "AR crit ms", _duration(0)),
+    ("allreduce_noncritical_ms", "AR non-crit ms", _duration(0)),
     ("forgiven_pct", "forgiven %", "{:.2f}"),
     ("retransmitted_pct", "retx %", "{:.2f}"),
     ("trim_rate_pct", "trim %", "{:.2f}"),
@@ -116,7 +135,7 @@ COLUMNS = [
     ("cnps", "CNPs", "{:.0f}"),
     ("rtos", "RTOs", "{:.0f}"),
     ("toggles_per_exempt_flow", "toggles/flow", "{:.2f}"),
-    ("tp_completion_ms", "TP ms", "{:.0f}"),
+    ("tp_completion_ms", "TP ms", _duration(0)),
     ("bound_held", "bound held", "{}"),
 ]
 
@@ -139,16 +158,31 @@ def compare(runs: Iterable[RunResult]) -> dict[str, dict[str, Any]]:
     return {policy: dict(row) for policy, row in table.items()}
 
 
-def _cell(values: list[Any], fmt: str) -> str:
+def range_cell(values: list[Any], fmt: str) -> str:
+    """One table cell for per-seed values: lo..hi, a single value, yes/no (n) for flags, or -."""
     present = [v for v in values if v is not None]
     if not present:
         return "-"
     if isinstance(present[0], bool):
         return "yes" if all(present) else f"no ({present.count(False)})"
     lo, hi = min(present), max(present)
-    if len(present) == 1 or fmt.format(lo) == fmt.format(hi):
-        return fmt.format(lo)
-    return f"{fmt.format(lo)}..{fmt.format(hi)}"
+    if len(present) == 1 or _format(fmt, lo) == _format(fmt, hi):
+        return _format(fmt, lo)
+    return f"{_format(fmt, lo)}..{_format(fmt, hi)}"
+
+
+def render_table(rows: Sequence[Sequence[str]]) -> str:
+    """Plain-text columns: the first row is the header, the first column left-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.rjust(w) if i else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None = None) -> str:
@@ -160,15 +194,6 @@ def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None
         row = summary[policy]
         rows.append(
             [policy, str(len(row["seeds"]))]
-            + [_cell(row.get(key, []), fmt) for key, _, fmt in COLUMNS]
+            + [range_cell(row.get(key, []), fmt) for key, _, fmt in COLUMNS]
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(
-            cell.rjust(w) if i else cell.ljust(w)
-            for i, (cell, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return render_table(rows)

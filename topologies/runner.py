@@ -42,6 +42,8 @@ MTU = 9000
 SAMPLE_EVERY_S = 0.5
 TARGETS = ("model", "bmv2")
 PLACEMENTS = ("interleaved", "packed")
+ENGINES = ("mininet", "sim")
+"""Where a run happens: Mininet and real processes (root), or virtual time (topologies.simulated)."""
 
 
 class RunError(RuntimeError):
@@ -56,11 +58,23 @@ class Workload:
     grad_bytes: int = 64 << 20
     """Gradient bytes each rank all-reduces per step."""
     tp_bytes: int = 16 << 20
+    """Bytes each rank sends to every other member of its tensor-parallel group."""
+    tp_group: int = 2
     pp_bytes: int = 4 << 20
     compute_s: float = 0.5e-3
     detector: str = "static"
     burst: bool = False
     """A background burst (class other) from the last rank to rank 0 on step 2."""
+
+
+JOBS: dict[str, Workload] = {
+    "default": Workload(),
+    # The note's job: tensor-parallel groups of 8 whose all-to-all makes seven senders
+    # converge on every receiving link (7 x 54 MiB, three quarters of the bytes), beside the
+    # ring all-reduce of 64 MiB gradients (2 x 63/64 x 64 MiB, the quarter that is eligible).
+    "note": Workload(grad_bytes=64 << 20, tp_bytes=54 << 20, tp_group=8, pp_bytes=0),
+}
+"""Named training jobs at fabric scale (`--job`); single options override their sizes."""
 
 
 @dataclass(frozen=True)
@@ -75,11 +89,16 @@ class RunConfig:
     """Ranks to hosts: 'interleaved' alternates leaves, so ring, TP and PP neighbours sit
     on different leaves and cross the (oversubscribed) uplinks; 'packed' fills one leaf
     after another, which keeps most of the ring inside a leaf."""
+    engine: str = "mininet"
 
     def validate(self) -> None:
         """Refuse a bad configuration before anything is started (one-line RunError)."""
+        if self.engine not in ENGINES:
+            raise RunError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.switch not in TARGETS:
             raise RunError(f"--switch must be one of {', '.join(TARGETS)}, got {self.switch!r}")
+        if self.engine == "sim" and self.switch != "model":
+            raise RunError("--engine sim runs the switch model's pipeline: use --switch model")
         if self.placement not in PLACEMENTS:
             raise RunError(
                 f"--placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
@@ -89,7 +108,7 @@ class RunConfig:
             self.training_config(plan(self.fabric), rank=0).validate()
         except ValueError as err:
             raise RunError(str(err)) from None
-        if self.switch == "bmv2":
+        if self.switch == "bmv2" and self.engine == "mininet":
             from topologies.switches import Bmv2Switch
 
             reason = Bmv2Switch.missing()
@@ -109,6 +128,7 @@ class RunConfig:
             grad_bytes=sc.size(wl.grad_bytes),
             compute_s=sc.duration(wl.compute_s),
             tp_bytes=sc.size(wl.tp_bytes) if wl.tp_bytes else 0,
+            tp_group=wl.tp_group,
             pp_bytes=sc.size(wl.pp_bytes) if wl.pp_bytes else 0,
             detector=wl.detector,
             burst_step=2 if wl.burst else None,
@@ -411,26 +431,42 @@ def _trainer_command(
     stats_files: dict[str, Path],
 ) -> list[str]:
     host = config.rank_hosts(fabric_plan)[rank]
-    sc = config.fabric.scaling
     cfg = config.training_config(fabric_plan, rank)
+    agent = agent_settings(config, fabric_plan)
     cmd = [sys.executable, "-m", "workload.train", "--iface", f"{host.name}-eth0"]
     cmd += ["--policy", config.policy]
-    cmd += ["--line-rate", str(sc.rate(config.fabric.host_link_gbps * 1e9))]
-    cmd += ["--time-scale", str(sc.time_scale)]
-    rto = initial_rto(fabric_plan)
-    cmd += ["--rto", f"{rto:.6f}", "--rto-max", f"{10 * rto:.6f}"]
+    cmd += ["--line-rate", str(agent["line_rate_bps"])]
+    cmd += ["--time-scale", str(agent["time_scale"])]
+    cmd += ["--rto", f"{agent['rto']:.6f}", "--rto-max", f"{agent['rto_max']:.6f}"]
     cmd += ["--gateway-mac", _mac_text(switch_port_mac(host.leaf, host.port))]
     cmd += ["--stats", str(stats_files[host.name]), "--out", str(train_files[host.name])]
     cmd += ["--timeout", str(config.timeout_s), "--config", cfg.to_json()]
     return cmd
 
 
-def initial_rto(fabric_plan: Plan) -> float:
-    """A first timeout no shorter than a full data queue ahead of a packet plus a few hops'
-    serialisation at the host rate; later flows use the measured round trip instead."""
+def agent_settings(
+    config: RunConfig, fabric_plan: Plan, link_delay_s: float = 0.0
+) -> dict[str, float]:
+    """Every host's NIC rate, timer stretch and timeouts, whichever engine runs it;
+    `link_delay_s` is each link's propagation delay (none on veths)."""
+    sc = config.fabric.scaling
+    rto = initial_rto(fabric_plan, link_delay_s)
+    return {
+        "line_rate_bps": sc.rate(config.fabric.host_link_gbps * 1e9),
+        "time_scale": sc.time_scale,
+        "rto": rto,
+        "rto_max": 10 * rto,
+    }
+
+
+def initial_rto(fabric_plan: Plan, link_delay_s: float = 0.0) -> float:
+    """A first timeout no shorter than the longest path's propagation round trip plus a
+    full data queue ahead of a packet and a few hops' serialisation at the host rate;
+    later flows use the measured round trip instead."""
     host_rate = fabric_plan.spec.scaling.rate(fabric_plan.spec.host_link_gbps * 1e9)
     queued = fabric_plan.thresholds().data_queue_bytes + 4 * FRAME_BYTES
-    return queued * 8 / host_rate
+    hops = 4 if fabric_plan.spec.spines else 2
+    return 2 * hops * link_delay_s + queued * 8 / host_rate
 
 
 def _mac_text(mac: int) -> str:

@@ -25,12 +25,21 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from host_agent.core import AccordionDetector, CriticalRegimeDetector, StaticSchedule
 from host_agent.endpoint import Endpoint
-from host_agent.events import BoundViolation, Event, FlowFailed, RecvDone, SendDone, Shed
+from host_agent.events import (
+    BoundViolation,
+    Event,
+    FlowFailed,
+    RecvDone,
+    SendDone,
+    Shed,
+    record,
+)
+from workload.lossrecord import Layout, entry_from_completion
 from workload.plan import Kind, Message, StepPlan, TrainingConfig, plan_step, synthetic_norms
 from workload.plan import message_bytes as content_of
 
@@ -104,6 +113,8 @@ class Rank:
         self.marks: dict[str, float] = {}
         self.totals: Counter = Counter()
         self.finished = False
+        self.steps_done = 0
+        """The last step this rank has finished (its barrier passed)."""
         self.failure: str | None = None
         """Why the run failed, in one line; None while it has not."""
         self.started = 0.0
@@ -115,6 +126,7 @@ class Rank:
     def start(self, now: float) -> None:
         """Register step 1 and the start-up barrier, then wait for every rank to be up."""
         self.started = now
+        self._record("loss_layout", **Layout.of(self.cfg).to_json())
         self._classify_and_begin(1, now)
         barrier = self._plan(0)
         for msg in barrier.barrier_recvs:
@@ -127,14 +139,19 @@ class Rank:
         if self.finished:
             return
         if isinstance(event, RecvDone):
-            self.received[event.flow] = event
             self._check_content(event)
+            self._record_loss(event)
+            # Checked, the bytes are no longer needed: keep the record, not the payload, so
+            # a rank's memory does not grow with every step it has run.
+            self.received[event.flow] = replace(event, payload=None)
             self._settle(("recv", event.flow), now)
         elif isinstance(event, SendDone):
             self.sent[event.flow] = event
             self._settle(("send", event.flow), now)
         elif isinstance(event, Shed):
             (self.sent if event.sending else self.received)[event.flow] = event
+            if not event.sending:
+                self._record_loss(event)
             self._settle(("send" if event.sending else "recv", event.flow), now)
         elif isinstance(event, FlowFailed):
             self._fail(f"flow {event.flow} to {event.dst} failed: {event.reason}", now)
@@ -205,6 +222,12 @@ class Rank:
         self.endpoint.register_flow(
             msg.flow, step, msg.traffic_class, now, deliver=True, size=msg.size
         )
+
+    def _record_loss(self, event: RecvDone | Shed) -> None:
+        """The loss record's entry for a gradient flow that gave up bytes (workload.lossrecord)."""
+        entry = entry_from_completion(self.cfg, self.messages.get(event.flow), record(event))
+        if entry is not None:
+            self._record("loss", **entry.to_json())
 
     def _check_content(self, event: RecvDone) -> None:
         msg = self.messages.get(event.flow)
@@ -319,6 +342,7 @@ class Rank:
             grad_retransmitted=retx,
         )
         self.endpoint.forget_step(step - 1)
+        self.steps_done = step
         if step < self.cfg.steps:
             self._start_step(step + 1, now)
             return

@@ -108,6 +108,8 @@ class RxFlow:
     rcv_nxt: int = 0
     total: int | None = None
     scoreboard: RangeMap = field(default_factory=RangeMap)
+    forgiven: RangeMap = field(default_factory=RangeMap)
+    """Every range forgiven so far; the scoreboard drops them once rcv_nxt passes them."""
     buffer: bytearray | None = None
     complete: bool = False
     received_bytes: int = 0
@@ -247,6 +249,10 @@ class ForgiveReceiver:
             State.RECEIVED: "received",
         }
         return [(s, e, names[st]) for s, e, st in self._flows[flow_id].scoreboard]
+
+    def forgiven_ranges(self, flow_id: int) -> list[tuple[int, int]]:
+        """Every byte range of the flow forgiven so far, merged: the zero-filled bytes of its payload."""
+        return [(s, e) for s, e, _ in self._flows[flow_id].forgiven]
 
     def take_completed(self) -> list[int]:
         done, self._completed = self._completed, []
@@ -487,6 +493,7 @@ class ForgiveReceiver:
         flow.forgiven_bytes += length
         for s, e, _ in missing:
             flow.scoreboard.assign(s, e, State.FORGIVEN)
+            flow.forgiven.assign(s, e, State.FORGIVEN)
         flow.rcv_nxt = flow.scoreboard.pop_settled_prefix(flow.rcv_nxt)
         return self._ack(flow, lo, hi - lo, ce, entry)
 
