@@ -198,12 +198,16 @@ class FabricController:
     def counters(self, switch: str) -> dict[int, dict[str, int]]:
         """Per port of `switch`: tx packets and bytes, CE marks, trims and drops."""
         client = self.clients[switch]
+        ports = sorted(p for (name, p) in self.fabric.ports if name == switch)
+        # One entry per port in use, not the whole 512-slot arrays: a wildcard read makes the
+        # switch model build thousands of entities and stalls its packet loop meanwhile.
         query = []
         for name in COUNTERS:
-            entity = p4runtime_pb2.Entity()
-            entity.counter_entry.counter_id = self.index.counter(name).preamble.id
-            query.append(entity)
-        ports = sorted(p for (name, p) in self.fabric.ports if name == switch)
+            for port in ports:
+                entity = p4runtime_pb2.Entity()
+                entity.counter_entry.counter_id = self.index.counter(name).preamble.id
+                entity.counter_entry.index.index = port
+                query.append(entity)
         rows = {
             port: dict.fromkeys(("tx_packets", "tx_bytes", "ce_marks", "trims", "drops"), 0)
             for port in ports
