@@ -1,8 +1,14 @@
 """`forgive-ctl`: configure a fabric's switches over P4Runtime and read their counters.
 
     forgive-ctl apply TOPOLOGY.json [--p4info P] [--device-config J]
-    forgive-ctl counters TOPOLOGY.json [--switch s1]
+    forgive-ctl counters TOPOLOGY.json [--switch s1] [--trim]
     forgive-ctl tm-config TOPOLOGY.json [--switch s1]   (Tofino: BF-RT TM settings as JSON)
+    forgive-ctl sonic FABRIC [--switch s1]   (the trimming as SONiC config DB, JSON)
+
+`counters --trim` prints SAI's trim counters per port and trimming queue:
+trimmed, trimmed and sent, trimmed but dropped. `sonic` takes a description
+(.json), a fabric file (.toml) or a fabric preset (2to1, ...) and touches no
+switch.
 
 The P4Info and device config default to the BMv2 build (p4src/build) or, for
 a fabric of Tofino switches, that chip's bf-p4c build (p4src/tna/build).
@@ -25,9 +31,11 @@ from controller import DEVICE_CONFIG, P4INFO
 from controller.client import SwitchUnreachable, WriteFailed
 from controller.p4info import ConfigError
 from controller.shaping import ShapingFailed
+from controller.sonic import config_db
 from controller.tofino import controller_for, tm_config
 from controller.tofino_pipeline import CHIPS, device_config_path, p4info_path
-from controller.topology import load
+from controller.topology import Fabric, load
+from switch_model.port import PRIO_LOW
 from switch_model.surface import PortCounters
 
 
@@ -42,24 +50,59 @@ def format_counters(switch: str, rows: dict[int, PortCounters]) -> str:
     return "\n".join(lines)
 
 
+TRIM_QUEUE = PRIO_LOW
+"""The one queue of a port whose packets are trimmed (SAI counts trims per such queue)."""
+
+
+def format_trim_counters(switch: str, rows: dict[int, PortCounters]) -> str:
+    header = f"{'switch':<8}{'port':>5}{'queue':>6}{'trims':>9}{'trim_tx':>9}{'trim_drops':>11}"
+    lines = [header]
+    for port, row in sorted(rows.items()):
+        lines.append(
+            f"{switch:<8}{port:>5}{TRIM_QUEUE:>6}{row.trims:>9}{row.trim_tx:>9}{row.trim_drops:>11}"
+        )
+    return "\n".join(lines)
+
+
+def load_fabric(name: str) -> Fabric:
+    """A description file, or a fabric file or preset at the fabric's own scale (a real
+    switch's queues, not an emulation's)."""
+    if name.lower().endswith(".json"):
+        return load(name)
+    from topologies.fabric import FabricError, plan, preset, with_scaling
+    from topologies.fabric import load as load_spec
+    from topologies.scaling import Scaling
+
+    try:
+        spec = load_spec(name) if name.lower().endswith(".toml") else preset(name)
+        own = Scaling(host_link_bps=spec.scaling.fabric_host_link_bps, byte_scale=1)
+        return plan(with_scaling(spec, own)).fabric()
+    except FabricError as err:
+        raise ConfigError(str(err)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forgive-ctl", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("apply", "counters", "tm-config"))
+    parser.add_argument("command", choices=("apply", "counters", "tm-config", "sonic"))
     parser.add_argument("topology")
     parser.add_argument("--p4info")
     parser.add_argument("--device-config")
     parser.add_argument(
-        "--switch", action="append", help="only these switches (counters, tm-config)"
+        "--switch", action="append", help="only these switches (counters, tm-config, sonic)"
     )
+    parser.add_argument("--trim", action="store_true", help="counters: the trim counters")
     args = parser.parse_args(argv)
     controller = None
     try:
-        fabric = load(args.topology)
+        fabric = load_fabric(args.topology) if args.command == "sonic" else load(args.topology)
         chip = next(iter({s.target for s in fabric.switches.values()} & set(CHIPS)), None)
         names = args.switch or sorted(fabric.switches)
         for name in names:
             if name not in fabric.switches:
                 raise ConfigError(f"no switch {name} in {args.topology}")
+        if args.command == "sonic":
+            print(json.dumps({n: config_db(fabric, n) for n in names}, indent=2))
+            return 0
         if args.command == "tm-config":
             if chip is None:
                 raise ConfigError("tm-config is for Tofino switches; this fabric has none")
@@ -79,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
         else:
             controller.connect(write=False)  # reading needs no mastership
+            show = format_trim_counters if args.trim else format_counters
             for name in names:
-                print(format_counters(name, controller.counters(name)))
+                print(show(name, controller.counters(name)))
     except ConfigError as err:
         print(f"forgive-ctl: {err}", file=sys.stderr)
         return 2

@@ -2,8 +2,8 @@
 
 The controller, the PTF suite, the tests and the benchmarks install the same
 few kinds of entry (a route, an ECMP group and its members, a port's
-thresholds) and read the same counters; they all build them here, so a name
-or a parameter changes in one place.
+thresholds, the trimming settings) and read the same counters; they all build
+them here, so a name or a parameter changes in one place.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from p4.v1 import p4runtime_pb2
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
 from switch_model import surface
-from switch_model.surface import PortCounters, Thresholds
+from switch_model.surface import PortCounters, SwitchTrimming, Thresholds
+
+IPV4_MASK = (1 << 32) - 1
+DSCP_MASK = (1 << 6) - 1
 
 
 def route(index: P4InfoIndex, prefix: int, prefix_len: int, dmac: int, port: int):
@@ -55,6 +58,76 @@ def port_thresholds(index: P4InfoIndex, port: int, thresholds: Thresholds):
         {surface.EGRESS_SPEC: port},
         surface.SET_THRESHOLDS,
         thresholds._asdict(),
+    )
+
+
+def switch_trimming(index: P4InfoIndex, trimming: SwitchTrimming | None):
+    """switch_trimming's default entry: the switch-wide trim size and queue, or NoAction
+    (58 bytes to the high queue, as the program sets them first)."""
+    if trimming is None:
+        return index.default_entry(surface.SWITCH_TRIMMING_TABLE, surface.NO_ACTION)
+    return index.default_entry(
+        surface.SWITCH_TRIMMING_TABLE, surface.SET_SWITCH_TRIMMING, trimming._asdict()
+    )
+
+
+def trim_dscp_default(index: P4InfoIndex, dscp: int | None):
+    """trim_dscp's default entry: one DSCP for every port, or NoAction (the DSCP is kept)."""
+    if dscp is None:
+        return index.default_entry(surface.TRIM_DSCP_TABLE, surface.NO_ACTION)
+    return index.default_entry(surface.TRIM_DSCP_TABLE, surface.SET_TRIM_DSCP, {"dscp": dscp})
+
+
+def trim_dscp(index: P4InfoIndex, port: int, dscp: int):
+    """Trimmed packets leaving `port` get `dscp` (asymmetric DSCP)."""
+    return index.table_entry(
+        surface.TRIM_DSCP_TABLE, {surface.EGRESS_SPEC: port}, surface.SET_TRIM_DSCP, {"dscp": dscp}
+    )
+
+
+def trim_queue_limit(index: P4InfoIndex, port: int, trim_queue_bytes: int):
+    """A trimmed packet finding `port`'s high queue at `trim_queue_bytes` is dropped."""
+    return index.table_entry(
+        surface.TRIM_QUEUE_TABLE,
+        {surface.EGRESS_SPEC: port},
+        surface.SET_TRIM_QUEUE_BYTES,
+        {"trim_queue_bytes": trim_queue_bytes},
+    )
+
+
+def trim_ineligible(index: P4InfoIndex, dscp: int):
+    """Traffic class `dscp` is dropped, not trimmed, when its queue is full."""
+    return index.table_entry(
+        surface.TRIM_ELIGIBILITY_TABLE, {surface.DSCP: dscp}, surface.DISABLE_TRIM, {}
+    )
+
+
+def trim_acl(
+    index: P4InfoIndex,
+    priority: int,
+    src: tuple[int, int] | None = None,
+    dst: tuple[int, int] | None = None,
+    dscp: int | None = None,
+):
+    """A DISABLE_TRIM rule: packets from `src` and to `dst` (address, prefix length) with
+    `dscp` are dropped, not trimmed; a field left None matches everything."""
+
+    def prefix(net: tuple[int, int] | None) -> tuple[int, int]:
+        if net is None:
+            return (0, 0)
+        mask = IPV4_MASK ^ (IPV4_MASK >> net[1])
+        return (net[0] & mask, mask)
+
+    return index.table_entry(
+        surface.TRIM_ACL_TABLE,
+        {
+            surface.SRC_ADDR: prefix(src),
+            surface.DST_ADDR: prefix(dst),
+            surface.DSCP: (0, 0) if dscp is None else (dscp, DSCP_MASK),
+        },
+        surface.DISABLE_TRIM,
+        {},
+        priority=priority,
     )
 
 

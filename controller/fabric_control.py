@@ -22,11 +22,22 @@ from controller.client import SwitchClient
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, entry_key, load_p4info
 from controller.shaping import apply_shaping, check_shaping_channel
 from controller.topology import Fabric
+from controller.trimming import DSCP_FROM_TC
 from switch_model import surface
-from switch_model.surface import PortCounters
+from switch_model.surface import DEFAULT_TRIMMING, PortCounters
 
-TABLES = (surface.THRESHOLD_TABLE, surface.ECMP_TABLE, surface.LPM_TABLE)
+TABLES = (
+    surface.THRESHOLD_TABLE,
+    surface.TRIM_ELIGIBILITY_TABLE,
+    surface.TRIM_ACL_TABLE,
+    surface.TRIM_DSCP_TABLE,
+    surface.TRIM_QUEUE_TABLE,
+    surface.ECMP_TABLE,
+    surface.LPM_TABLE,
+)
 """In the order entries are inserted: an ECMP route after its group's members."""
+DEFAULT_TABLES = (surface.SWITCH_TRIMMING_TABLE, surface.TRIM_DSCP_TABLE)
+"""Tables whose default entry the description sets (switch-wide trimming)."""
 
 _Update = p4runtime_pb2.Update
 
@@ -76,7 +87,10 @@ class FabricController:
             client.close()
 
     def entries(self, switch: str) -> list[p4runtime_pb2.TableEntry]:
-        return switch_entries(self.fabric, self.index, switch)
+        """Every entry `switch` should hold, its default entries (the last) included."""
+        return switch_entries(self.fabric, self.index, switch) + switch_defaults(
+            self.fabric, self.index, switch
+        )
 
     def _sync_pipeline(self, client: SwitchClient) -> bool:
         try:
@@ -101,7 +115,7 @@ class FabricController:
             entity.table_entry.table_id = table_id
             query.append(entity)
         installed = {entry_key(e.table_entry): e.table_entry for e in client.read(query)}
-        wanted = {entry_key(e): e for e in self.wanted[switch]}
+        wanted = {entry_key(e): e for e in self.wanted[switch] if not e.is_default_action}
         updates = []
         counts = {"inserted": 0, "modified": 0, "deleted": 0}
         for key, entry in wanted.items():
@@ -126,12 +140,34 @@ class FabricController:
             update.entity.table_entry.ClearField("action")
             updates.append(update)
             counts["deleted"] += 1
-        client.write(updates)
+        defaults = self._default_updates(client, switch)
+        counts["modified"] += len(defaults)
+        client.write(updates + defaults)
         apply_shaping(
             self.fabric.switches[switch],
             {port: spec for (name, port), spec in self.fabric.ports.items() if name == switch},
         )
         return ApplyReport(pushed, **counts)
+
+    def _default_updates(self, client: SwitchClient, switch: str) -> list[_Update]:
+        """MODIFY of each default entry the description sets that the switch holds otherwise."""
+        defaults = [e for e in self.wanted[switch] if e.is_default_action]
+        query = []
+        for entry in defaults:
+            entity = p4runtime_pb2.Entity()
+            entity.table_entry.table_id = entry.table_id
+            entity.table_entry.is_default_action = True
+            query.append(entity)
+        installed = {e.table_entry.table_id: e.table_entry for e in client.read(query)}
+        updates = []
+        for entry in defaults:
+            have = installed.get(entry.table_id)
+            if have is not None and entry_action(have) == entry_action(entry):
+                continue
+            update = _Update(type=_Update.MODIFY)
+            update.entity.table_entry.CopyFrom(entry)
+            updates.append(update)
+        return updates
 
     def apply(self) -> dict[str, ApplyReport]:
         self.connect()
@@ -143,16 +179,64 @@ class FabricController:
         return entries.read_port_counters(self.clients[switch], self.index, ports)
 
 
+def switch_defaults(
+    fabric: Fabric, index: P4InfoIndex, switch: str
+) -> list[p4runtime_pb2.TableEntry]:
+    """The default entries `switch` should hold, one per table of DEFAULT_TABLES: the
+    switch-wide trim size and queue, and the one trim DSCP for every port. Left at the
+    program's defaults they are NoAction, as a freshly pushed pipeline has them."""
+    trimming = fabric.trimming
+    switch_wide = trimming.switch_trimming
+    dscp = trimming.dscp_value if isinstance(trimming.dscp_value, int) else None
+    return [
+        entries.switch_trimming(index, None if switch_wide == DEFAULT_TRIMMING else switch_wide),
+        entries.trim_dscp_default(index, dscp),
+    ]
+
+
+def trimming_entries(
+    fabric: Fabric, index: P4InfoIndex, switch: str
+) -> list[p4runtime_pb2.TableEntry]:
+    """The trimming settings `switch` holds in table entries: ineligible traffic classes,
+    DISABLE_TRIM rules (the first one highest), and per managed port its trim DSCP
+    (asymmetric DSCP) and its high queue's bound."""
+    trimming = fabric.trimming
+    result = [entries.trim_ineligible(index, dscp) for dscp in trimming.ineligible]
+    rules = trimming.disable_trim
+    for i, rule in enumerate(rules):
+        result.append(
+            entries.trim_acl(
+                index,
+                len(rules) - i,
+                *(
+                    None if net is None else (int(net.network_address), net.prefixlen)
+                    for net in (rule.src_ip, rule.dst_ip)
+                ),
+                rule.dscp,
+            )
+        )
+    for name, port in sorted(fabric.ports):
+        if name != switch:
+            continue
+        if trimming.dscp_value == DSCP_FROM_TC:
+            result.append(entries.trim_dscp(index, port, fabric.trim_dscp(switch, port)))
+        if trimming.trim_queue_bytes is not None:
+            result.append(entries.trim_queue_limit(index, port, trimming.trim_queue_bytes))
+    return result
+
+
 def switch_entries(
     fabric: Fabric, index: P4InfoIndex, switch: str
 ) -> list[p4runtime_pb2.TableEntry]:
-    """The table entries `switch` should hold: thresholds, ECMP members, then routes. The
-    simulator installs the same ones, so its switches route and mark as real ones do."""
+    """The table entries `switch` should hold: thresholds, trimming, ECMP members, then
+    routes. The simulator installs the same ones (and `switch_defaults`), so its switches
+    route, mark and trim as real ones do."""
     result = [
         entries.port_thresholds(index, port, spec.thresholds)
         for (name, port), spec in sorted(fabric.ports.items())
         if name == switch
     ]
+    result += trimming_entries(fabric, index, switch)
     groups: dict[tuple, int] = {}
     routes = []
     for ip, hops in sorted(fabric.routes(switch).items()):

@@ -51,6 +51,9 @@ def entry_key(entry: p4runtime_pb2.TableEntry) -> tuple:
         elif kind == "range":
             low, high = (int.from_bytes(v, "big") for v in (m.range.low, m.range.high))
             fields.append((m.field_id, low, high))
+        elif kind == "ternary":
+            value, mask = (int.from_bytes(v, "big") for v in (m.ternary.value, m.ternary.mask))
+            fields.append((m.field_id, value, mask))
     return (entry.table_id, tuple(sorted(fields)), entry.priority)
 
 
@@ -79,6 +82,14 @@ class P4InfoIndex:
     def counter(self, name: str) -> p4info_pb2.Counter:
         return self._find("counter", self.counters, name)
 
+    def default_entry(
+        self, table: str, action: str, params: dict | None = None
+    ) -> p4runtime_pb2.TableEntry:
+        """The default entry of `table`, running `action` (which may be NoAction)."""
+        entry = p4runtime_pb2.TableEntry(table_id=self.table_id(table), is_default_action=True)
+        entry.action.action.CopyFrom(self.action(action, params or {}))
+        return entry
+
     def action(self, name: str, params: dict) -> p4runtime_pb2.Action:
         """An action with its parameters, from names and integers."""
         act = self._find("action", self.actions, name)
@@ -100,26 +111,32 @@ class P4InfoIndex:
         priority: int = 0,
     ) -> p4runtime_pb2.TableEntry:
         """An entry from names: exact fields map to ints, LPM fields to (value, prefix
-        length), range fields to (low, high); a range of every value is left out, as
-        P4Runtime writes "don't care". With no action the caller sets one (an action
-        profile's member or group)."""
+        length), range fields to (low, high), ternary fields to (value, mask); a range of
+        every value and a ternary mask of 0 are left out, as P4Runtime writes "don't care".
+        With no action the caller sets one (an action profile's member or group)."""
         info = self._find("table", self.tables, table)
         entry = p4runtime_pb2.TableEntry(table_id=info.preamble.id, priority=priority)
         fields = {m.name: m for m in info.match_fields}
         for name, value in match.items():
             field = self._find(f"match field of {table}", fields, name)
-            if field.match_type == p4info_pb2.MatchField.RANGE and tuple(value) == (
+            kind = field.match_type
+            if kind == p4info_pb2.MatchField.RANGE and tuple(value) == (
                 0,
                 (1 << field.bitwidth) - 1,
             ):
                 continue
+            if kind == p4info_pb2.MatchField.TERNARY and value[1] == 0:
+                continue
             m = entry.match.add(field_id=field.id)
-            if field.match_type == p4info_pb2.MatchField.LPM:
+            if kind == p4info_pb2.MatchField.LPM:
                 m.lpm.value = encode(value[0], field.bitwidth)
                 m.lpm.prefix_len = value[1]
-            elif field.match_type == p4info_pb2.MatchField.RANGE:
+            elif kind == p4info_pb2.MatchField.RANGE:
                 m.range.low = encode(value[0], field.bitwidth)
                 m.range.high = encode(value[1], field.bitwidth)
+            elif kind == p4info_pb2.MatchField.TERNARY:
+                m.ternary.value = encode(value[0], field.bitwidth)
+                m.ternary.mask = encode(value[1], field.bitwidth)
             else:
                 m.exact.value = encode(value, field.bitwidth)
         if action is not None:

@@ -12,15 +12,19 @@ A description is JSON:
      "thresholds": {"data_queue_bytes": 4194304, "ecn_kmin": 800000,
                     "ecn_kmax": 3200000, "ecn_pmax": 65536},
      "queues": {"low_queue_bytes": 16777216, "high_queue_bytes": 4194304},
-     "ports": {"s1:2": {"ecn_kmin": 400000, "rate_bps": 100000000}}}
+     "ports": {"s1:2": {"ecn_kmin": 400000, "rate_bps": 100000000}},
+     "trimming": {"size": 128, "dscp_value": 48}}
 
 Every switch port on a link gets the thresholds (with its own overrides from
 "ports") and the queue sizes; links with a rate shape both switch ends. Each
 switch routes every host's /32 along shortest paths, spreading over all
-equal-cost next hops with an ECMP group. A Tofino switch ("target": "tofino" or
+equal-cost next hops with an ECMP group. "trimming" sets how every switch trims
+(`controller.trimming` has its keys; its defaults are the switch as it always
+was). A Tofino switch ("target": "tofino" or
 "tofino2") also names, in "deflect_ports", a device port per pipe it uses
 (docs/tofino.md); a description holds one kind of Tofino or BMv2 and model
-switches, not both.
+switches, not both; its program has no trimming settings yet, so a Tofino
+fabric keeps the default trimming.
 
 `parse` checks every key of that shape once, before anything reads it: a
 wrong type, an unknown key or a value out of range is a ConfigError naming the
@@ -37,7 +41,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controller import trimming as trim_section
+from controller.checks import check_int, check_object, show
 from controller.p4info import ConfigError
+from controller.trimming import Trimming
 from switch_model.surface import PMAX_ONE, Thresholds
 
 THRESHOLD_KEYS = Thresholds._fields
@@ -98,6 +105,23 @@ class Fabric:
     peer_port: dict[tuple[str, int], int] = field(default_factory=dict)
     """(switch, port) -> the port on the neighbouring switch, for switch-switch links."""
     ports: dict[tuple[str, int], PortSpec] = field(default_factory=dict)
+    trimming: Trimming = trim_section.DEFAULT
+
+    def port_roles(self) -> dict[tuple[str, int], str]:
+        """Every switch port on a link: "host" if a host is at its other end, else "fabric"."""
+        return {
+            (switch, port): "host" if peer in self.hosts else "fabric"
+            for switch, ports in self.neighbors.items()
+            for port, peer in ports.items()
+        }
+
+    def trim_dscp(self, switch: str, port: int) -> int | None:
+        """The DSCP trimmed packets leaving this port get (None: they keep theirs)."""
+        return self.trimming.dscp_for(self.port_roles()[switch, port], f"{switch}:{port}")
+
+    def trim_locations(self) -> dict[int, str]:
+        """DSCP -> the role of the ports that trim to it, where that tells one role."""
+        return trim_section.locations(self.trimming, self.port_roles())
 
     def routes(self, switch: str) -> dict[int, list[NextHop]]:
         """For each host IP, the equal-cost next hops from `switch`, ordered by port."""
@@ -137,48 +161,25 @@ def switch_port_mac(switch: str, port: int) -> int:
     return (0x02FE << 32) | (digest << 16) | port
 
 
-def _show(value) -> str:
-    """A value for a one-line message, however long or odd."""
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:50]}...({len(text)} chars)"
-
-
-def _object(value, where: str, allowed: set[str] | tuple[str, ...] | None = None) -> dict:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be an object, got {_show(value)}")
-    unknown = set(value) - set(allowed) if allowed is not None else set()
-    if unknown:
-        raise ConfigError(f"unknown {where} keys {_show(sorted(unknown))}")
-    return value
-
-
-def _int(value, where: str, minimum: int, maximum: int) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
-        raise ConfigError(f"{where} must be an integer in {minimum}..{maximum}, got {_show(value)}")
-    return value
-
-
 def _names(section: dict, where: str) -> dict:
     for name in section:
         if not _NAME.match(name):
-            raise ConfigError(f"{where}: name {_show(name)} is not 1-64 of A-Z a-z 0-9 _ . -")
+            raise ConfigError(f"{where}: name {show(name)} is not 1-64 of A-Z a-z 0-9 _ . -")
     return section
 
 
 def _endpoint(text, switches, hosts, where: str) -> tuple[str, int | None]:
     if not isinstance(text, str):
-        raise ConfigError(f"{where}: link end {_show(text)} is not a string")
+        raise ConfigError(f"{where}: link end {show(text)} is not a string")
     name, sep, port = text.partition(":")
     if name in hosts and not sep:
         return name, None
     if name in switches and sep:
         if not port.isdecimal() or not 0 <= int(port) <= MAX_PORT:
-            raise ConfigError(f"{where}: port in {_show(text)} is not a number in 0..{MAX_PORT}")
+            raise ConfigError(f"{where}: port in {show(text)} is not a number in 0..{MAX_PORT}")
         return name, int(port)
     raise ConfigError(
-        f"{where}: link end {_show(text)} is neither a host nor SWITCH:PORT of a known switch"
+        f"{where}: link end {show(text)} is neither a host nor SWITCH:PORT of a known switch"
     )
 
 
@@ -193,7 +194,7 @@ def _deflect_ports(spec: dict, where: str) -> tuple[int, ...]:
         raise ConfigError(
             f"{where}.deflect_ports: a Tofino switch needs deflect_ports, one device port per pipe"
         )
-    result = tuple(_int(p, f"{where}.deflect_ports", 0, MAX_PORT) for p in ports)
+    result = tuple(check_int(p, f"{where}.deflect_ports", 0, MAX_PORT) for p in ports)
     pipes = [tofino_pipe(p) for p in result]
     if len(set(pipes)) != len(pipes):
         raise ConfigError(f"{where}.deflect_ports: two deflect ports in one pipe")
@@ -201,14 +202,14 @@ def _deflect_ports(spec: dict, where: str) -> tuple[int, ...]:
 
 
 def _switch(name: str, spec, where: str) -> SwitchSpec:
-    spec = _object(spec, where, _SWITCH_KEYS)
+    spec = check_object(spec, where, _SWITCH_KEYS)
     target = spec.get("target")
     if target not in TARGETS:
-        raise ConfigError(f"{where}.target must be one of {TARGETS}, got {_show(target)}")
+        raise ConfigError(f"{where}.target must be one of {TARGETS}, got {show(target)}")
     grpc = spec.get("grpc")
     host, _, port = grpc.rpartition(":") if isinstance(grpc, str) else ("", "", "")
     if not host or not port.isdecimal() or not 1 <= int(port) <= 65535:
-        raise ConfigError(f"{where}.grpc must be HOST:PORT, got {_show(grpc)}")
+        raise ConfigError(f"{where}.grpc must be HOST:PORT, got {show(grpc)}")
     control = spec.get("control")
     if target == "model" and (not isinstance(control, str) or not control):
         raise ConfigError(f"{where}.control: a model switch needs its control socket path")
@@ -218,9 +219,11 @@ def _switch(name: str, spec, where: str) -> SwitchSpec:
         name,
         target,
         grpc,
-        _int(spec.get("device_id", 1), f"{where}.device_id", 0, MAX_DEVICE_ID),
+        check_int(spec.get("device_id", 1), f"{where}.device_id", 0, MAX_DEVICE_ID),
         control if target == "model" else None,
-        _int(spec["thrift_port"], f"{where}.thrift_port", 1, 65535) if target == "bmv2" else None,
+        check_int(spec["thrift_port"], f"{where}.thrift_port", 1, 65535)
+        if target == "bmv2"
+        else None,
         _deflect_ports(spec, where) if target in TOFINO_TARGETS else (),
     )
 
@@ -233,7 +236,7 @@ def _setting(values: dict, key: str, where: str) -> int:
         low, high = 1, MAX_RATE_BPS
     else:
         low, high = (1 if key in QUEUE_KEYS else 0), MAX_BYTES
-    return _int(values[key], f"{where}.{key}", low, high)
+    return check_int(values[key], f"{where}.{key}", low, high)
 
 
 def _settings(values: dict, where: str) -> dict[str, int]:
@@ -249,13 +252,15 @@ def _thresholds(values: dict[str, int], where: str) -> Thresholds:
 
 
 def parse(description) -> Fabric:
-    description = _object(
-        description, "topology", {"switches", "hosts", "links", "thresholds", "queues", "ports"}
+    description = check_object(
+        description,
+        "topology",
+        {"switches", "hosts", "links", "thresholds", "queues", "ports", "trimming"},
     )
     switches: dict[str, SwitchSpec] = {}
     addresses: dict[str, str] = {}
     for name, spec in _names(
-        _object(description.get("switches", {}), "switches"), "switches"
+        check_object(description.get("switches", {}), "switches"), "switches"
     ).items():
         switch = _switch(name, spec, f"switches.{name}")
         if switch.grpc in addresses:
@@ -269,9 +274,9 @@ def parse(description) -> Fabric:
         raise ConfigError(f"topology mixes switch targets {sorted(kinds)}: one Tofino kind alone")
     hosts: dict[str, tuple[int, int]] = {}
     owners: dict[tuple[str, int], str] = {}
-    for name, spec in _names(_object(description.get("hosts", {}), "hosts"), "hosts").items():
+    for name, spec in _names(check_object(description.get("hosts", {}), "hosts"), "hosts").items():
         where = f"hosts.{name}"
-        spec = _object(spec, where, {"ip", "mac"})
+        spec = check_object(spec, where, {"ip", "mac"})
         if name in switches:
             raise ConfigError(f"{name} is both a host and a switch")
         try:
@@ -279,10 +284,10 @@ def parse(description) -> Fabric:
                 raise ValueError
             ip = int(ipaddress.IPv4Address(spec["ip"]))
         except ValueError:
-            raise ConfigError(f"{where}.ip: bad IPv4 address {_show(spec.get('ip'))}") from None
+            raise ConfigError(f"{where}.ip: bad IPv4 address {show(spec.get('ip'))}") from None
         mac = spec.get("mac", "")
         if not isinstance(mac, str) or not _MAC.match(mac):
-            raise ConfigError(f"{where}.mac: bad MAC {_show(mac)}")
+            raise ConfigError(f"{where}.mac: bad MAC {show(mac)}")
         mac_int = int(mac.replace(":", ""), 16)
         for key, value in (("ip", ip), ("mac", mac_int)):
             other = owners.setdefault((key, value), name)
@@ -291,18 +296,18 @@ def parse(description) -> Fabric:
         hosts[name] = (ip, mac_int)
     fabric = Fabric(switches, hosts, neighbors={s: {} for s in switches})
     thresholds = _settings(
-        _object(description.get("thresholds", {}), "thresholds", THRESHOLD_KEYS), "thresholds"
+        check_object(description.get("thresholds", {}), "thresholds", THRESHOLD_KEYS), "thresholds"
     )
     thresholds = {**DEFAULT_THRESHOLDS._asdict(), **thresholds}
     _thresholds(thresholds, "thresholds")
-    queues = _settings(_object(description.get("queues", {}), "queues", QUEUE_KEYS), "queues")
+    queues = _settings(check_object(description.get("queues", {}), "queues", QUEUE_KEYS), "queues")
     rates: dict[tuple[str, int], int] = {}
     links = description.get("links", [])
     if not isinstance(links, list):
-        raise ConfigError(f"links must be a list, got {_show(links)}")
+        raise ConfigError(f"links must be a list, got {show(links)}")
     for i, link in enumerate(links):
         where = f"links[{i}]"
-        link = _object(link, where, _LINK_KEYS)
+        link = check_object(link, where, _LINK_KEYS)
         ends = [_endpoint(link.get(k), switches, hosts, f"{where}.{k}") for k in ("a", "b")]
         if ends[0][1] is None and ends[1][1] is None:
             raise ConfigError(f"{where} joins two hosts")
@@ -325,13 +330,13 @@ def parse(description) -> Fabric:
                     "which has no deflect port"
                 )
     overrides: dict[tuple[str, int], dict[str, int]] = {}
-    for key, values in _object(description.get("ports", {}), "ports").items():
+    for key, values in check_object(description.get("ports", {}), "ports").items():
         where = f"ports.{key}"
         name, port = _endpoint(key, switches, {}, "ports")
         if port not in fabric.neighbors[name]:
             raise ConfigError(f"ports: {key} is not on any link")
         allowed = (*THRESHOLD_KEYS, *QUEUE_KEYS, "rate_bps")
-        overrides[name, port] = _settings(_object(values, where, allowed), where)
+        overrides[name, port] = _settings(check_object(values, where, allowed), where)
     for switch, ports in fabric.neighbors.items():
         for port in ports:
             own = {**thresholds, **queues, **overrides.get((switch, port), {})}
@@ -342,6 +347,13 @@ def parse(description) -> Fabric:
                 own.get("low_queue_bytes"),
                 own.get("high_queue_bytes"),
             )
+    fabric.trimming = trim_section.parse(description.get("trimming", {}))
+    trim_section.check_ports(fabric.trimming, fabric.port_roles())
+    if kinds & set(TOFINO_TARGETS) and fabric.trimming != trim_section.DEFAULT:
+        raise ConfigError(
+            "trimming: the Tofino program has no trimming settings yet (docs/tofino.md); "
+            "leave the section out"
+        )
     return fabric
 
 

@@ -54,6 +54,14 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gateway-mac", help="next-hop MAC for every non-static destination")
     parser.add_argument("--stats", default="-", help="JSON-lines statistics file ('-': stdout)")
     parser.add_argument(
+        "--trim-dscp",
+        action="append",
+        default=[],
+        metavar="LOCATION=DSCP",
+        help="trimmed headers arriving with DSCP were trimmed at LOCATION (host: the last "
+        "hop, fabric: inside it), as the switches' asymmetric trim DSCP sets (repeatable)",
+    )
+    parser.add_argument(
         "--no-payload",
         action="store_true",
         help="keep no received bytes (flows cannot be delivered; saves memory and copies)",
@@ -68,6 +76,14 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         if not sep:
             raise ValueError(f"--neighbor {entry!r}: expected IP=MAC")
         neighbors[ip] = mac
+    locations = {}
+    for entry in args.trim_dscp:
+        where, sep, dscp = entry.partition("=")
+        if not sep or not dscp.isdecimal():
+            raise ValueError(f"--trim-dscp {entry!r}: expected LOCATION=DSCP")
+        if int(dscp) in locations:
+            raise ValueError(f"--trim-dscp {entry!r}: DSCP {dscp} already has a location")
+        locations[int(dscp)] = where
     endpoint = EndpointConfig(
         policy=parse_policy(args.policy),
         seed=args.seed,
@@ -77,6 +93,7 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         rto_max=args.rto_max,
         max_timeouts=args.max_timeouts,
         keep_payload=not args.no_payload,
+        trim_locations=locations,
     )
     host = HostConfig(
         ip=args.ip,

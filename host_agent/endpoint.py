@@ -18,7 +18,7 @@ from __future__ import annotations
 import socket
 import sys
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,9 @@ TRAFFIC_CLASSES: dict[str, Dscp] = {
 _DATA = int(Opcode.DATA)
 _TRIMMED = int(Flag.TRIMMED)
 _CONTROL = int(Dscp.CONTROL)
+MAX_DSCP = 63
+UNLOCATED = "unlocated"
+"""Where a trimmed header whose DSCP names no location is counted."""
 
 Datagram = tuple[bytes, int, int, bytes]
 """(peer, DSCP, flow id, FTH bytes) of one packet to send."""
@@ -77,9 +80,19 @@ class EndpointConfig:
     keep_payload: bool = True
     """False: the receiver keeps no flow bytes (no `deliver`), for runs that only time flows."""
     ack_every: int = ACK_EVERY
+    trim_locations: Mapping[int, str] = field(default_factory=dict)
+    """DSCP -> where a trimmed header with that DSCP was trimmed ("host": on the last hop,
+    "fabric": inside the fabric), as the switches' asymmetric trim DSCP says. Every
+    trimmed header received is counted under its location (`rx_trims_<location>`, and
+    `rx_trims_unlocated` for a DSCP not listed); empty: trims are not located."""
 
     def validate(self) -> None:
         """Raise ValueError on the first bad setting."""
+        for dscp, where in self.trim_locations.items():
+            if not isinstance(dscp, int) or not 0 <= dscp <= MAX_DSCP:
+                raise ValueError(f"trim location DSCP {dscp!r} is not in 0..{MAX_DSCP}")
+            if not isinstance(where, str) or not where.isidentifier() or where == UNLOCATED:
+                raise ValueError(f"trim location {where!r} is not a name")
         if self.line_rate_bps <= 0:
             raise ValueError("line rate must be positive")
         if not 0 < self.rto <= self.rto_max:
@@ -166,6 +179,14 @@ class Endpoint:
         ack_delay = min(ACK_DELAY * config.time_scale, config.rto / ACK_DELAY_PER_RTO)
         self.acks = AckCoalescer(config.ack_every, ack_delay)
         self.counters: Counter = Counter()
+        self._trim_keys = {
+            dscp: f"rx_trims_{where}" for dscp, where in config.trim_locations.items()
+        }
+        """DSCP -> the counter its trimmed headers go to; every one starts at 0, so a run
+        whose fabric trimmed nowhere near a host says so."""
+        if self._trim_keys:
+            for key in (*self._trim_keys.values(), f"rx_trims_{UNLOCATED}"):
+                self.counters[key] = 0
         self._sending: dict[int, _Sending] = {}
         self._receiving: dict[int, _Receiving] = {}
         self._steps: dict[int, _Step] = {}
@@ -313,8 +334,11 @@ class Endpoint:
 
     # ----- datagrams, timers and events ---------------------------------------------------
 
-    def receive(self, datagram: bytes | memoryview, peer: bytes, ce: bool, now: float) -> None:
-        """One FTH packet from `peer` (DATA for the receiver, feedback for the sender)."""
+    def receive(
+        self, datagram: bytes | memoryview, peer: bytes, ce: bool, now: float, dscp: int = 0
+    ) -> None:
+        """One FTH packet from `peer` (DATA for the receiver, feedback for the sender), with
+        the DSCP it arrived with (which, on a trimmed header, says where it was trimmed)."""
         counters = self.counters
         try:
             opcode, flags, _, flow_id, _, total = peek(datagram)
@@ -333,10 +357,16 @@ class Endpoint:
             for reply in replies:
                 out.extend(offer(reply, peer, now, total))
         flow = self._receiving.get(flow_id)
+        located = flags & _TRIMMED and self._trim_keys
+        if located:
+            key = self._trim_keys.get(dscp, f"rx_trims_{UNLOCATED}")
+            counters[key] += 1
         if flow is not None:
             if flow.first_arrival is None:
                 flow.first_arrival = now
             flow.peer = peer
+            if located:
+                self._totals[flow.step][key] += 1
             if flags & _TRIMMED and flow.traffic_class == "gradient":
                 self._check_step(flow.step, "trim", now)
         self._drain_receiver(now)

@@ -115,7 +115,7 @@ class Host:
             self.counters["not_for_us"] += 1
             return
         self._source_macs[arrival.src_ip] = arrival.src_mac
-        self.endpoint.receive(arrival.fth, arrival.src_ip, arrival.ce, now)
+        self.endpoint.receive(arrival.fth, arrival.src_ip, arrival.ce, now, arrival.dscp)
 
     def frames_to_send(self, now: float, data: bool = True) -> list[Frame]:
         """Every frame due by `now`: ARP, replies, then DATA (held back for unresolved peers).

@@ -166,11 +166,14 @@ def check_fields(
             raise MalformedPacket(
                 f"DATA range [{seq}, {seq + length}) beyond flow length {aux}", "out_of_range"
             )
-        expected = 0 if flags & _TRIMMED else length
-        if payload_len != expected:
-            raise MalformedPacket(
-                f"DATA carries {payload_len} payload bytes, header says {expected}"
-            )
+        if flags & _TRIMMED:
+            # A trim larger than the headers keeps some cut payload; it is ignored.
+            if payload_len > length:
+                raise MalformedPacket(
+                    f"trimmed DATA carries {payload_len} payload bytes, more than its {length}"
+                )
+        elif payload_len != length:
+            raise MalformedPacket(f"DATA carries {payload_len} payload bytes, header says {length}")
         return
     if flags & _DATA_ONLY_FLAGS:
         raise MalformedPacket(f"flags 0x{flags:02x} are for DATA only")
@@ -206,4 +209,5 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[Fth, memoryview]:
     vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
     check_fields(vo >> 4, vo & 0x0F, flags, length, seq, aux, len(buf) - FTH_LEN)
     header = Fth(Opcode(vo & 0x0F), Flag(flags), length, flow_id, seq, aux)
-    return header, memoryview(buf)[FTH_LEN:]
+    # What a trim kept past the FTH is no payload: the receiver ignores it.
+    return header, memoryview(buf)[FTH_LEN : FTH_LEN if flags & _TRIMMED else len(buf)]

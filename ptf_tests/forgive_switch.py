@@ -25,7 +25,16 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
 from host_agent.scapy_layer import FTH
-from host_agent.wire import FORGIVE_UDP_PORT, PACKET_BYTES, TRIMMED_FRAME_LEN, Dscp, Flag, Opcode
+from host_agent.wire import (
+    ETH_LEN,
+    FORGIVE_UDP_PORT,
+    IPV4_LEN,
+    PACKET_BYTES,
+    TRIMMED_FRAME_LEN,
+    Dscp,
+    Flag,
+    Opcode,
+)
 from ptf_tests.p4rt import SwitchSession
 from ptf_tests.p4rt_tna import TnaSwitchSession
 from ptf_tests.targets import PRIO_LOW, TARGETS, Endpoint
@@ -59,10 +68,14 @@ def fth_packet(
     seq: int = 0,
     ecn: int = ECT0,
     ttl: int = 64,
+    src: str = SRC_IP,
+    dscp: int | None = None,
 ) -> Packet:
-    """A FORGIVE packet as a host agent sends it (UDP checksum 0, DSCP by class)."""
+    """A FORGIVE packet as a host agent sends it (UDP checksum 0, DSCP by class: gradient
+    DATA unless `dscp` says otherwise)."""
     data = opcode == Opcode.DATA
-    dscp = Dscp.GRADIENT if data else Dscp.CONTROL
+    if dscp is None:
+        dscp = Dscp.GRADIENT if data else Dscp.CONTROL
     fth = FTH(
         opcode=opcode,
         flags=0 if data else int(Flag.ELIGIBLE),
@@ -74,7 +87,7 @@ def fth_packet(
     payload = bytes((seq + i) & 0xFF for i in range(payload_len)) if data else b""
     return (
         Ether(dst=SWITCH_MAC, src=HOST_MAC)
-        / IP(src=SRC_IP, dst=dst, tos=(dscp << 2) | (ecn if data else NOT_ECT), ttl=ttl, id=seq)
+        / IP(src=src, dst=dst, tos=(dscp << 2) | (ecn if data else NOT_ECT), ttl=ttl, id=seq)
         / UDP(sport=sport, dport=FORGIVE_UDP_PORT, chksum=0)
         / fth
         / Raw(payload)
@@ -108,17 +121,23 @@ def ce_marked(pkt: Packet) -> Packet:
     return Ether(bytes(out))
 
 
-def trimmed(pkt: Packet, port: int) -> Packet:
-    """The 58-byte header a trim leaves of DATA `pkt` routed towards `port`."""
+def trimmed(
+    pkt: Packet, port: int, size: int = TRIMMED_FRAME_LEN, dscp: int | None = None
+) -> Packet:
+    """What a trim to `size` bytes (58 by default: the headers alone) leaves of DATA `pkt`
+    routed towards `port`, with its DSCP rewritten to `dscp` if given."""
     out = routed(pkt, port)
     out[FTH].flags = int(out[FTH].flags) | Flag.TRIMMED
-    out[FTH].remove_payload()
-    out[IP].len = 44
-    out[UDP].len = 24
+    kept = min(len(out), size)
+    out = Ether(bytes(out)[:kept])
+    out[IP].len = kept - ETH_LEN
+    out[UDP].len = kept - ETH_LEN - IPV4_LEN
     out[UDP].chksum = 0
+    if dscp is not None:
+        out[IP].tos = dscp << 2 | int(out[IP].tos) & 0x3
     del out[IP].chksum
     out = Ether(bytes(out))
-    assert len(out) == TRIMMED_FRAME_LEN
+    assert len(out) == kept
     return out
 
 
@@ -143,12 +162,12 @@ class ForgiveTest(BaseTest):
         self.switch = (
             TnaSwitchSession(*config, self.target) if self.is_tna else SwitchSession(*config)
         )
-        self.throttled: list[int] = []
+        self.throttled: list[tuple[int, int]] = []
         self.pps = THROTTLED_PPS
 
     def tearDown(self) -> None:
-        for port in self.throttled:
-            self.target.set_queue_rate(port, 0, PRIO_LOW)
+        for port, priority in self.throttled:
+            self.target.set_queue_rate(port, 0, priority)
         # a failed test can leave packets queued on their old schedule: let them out
         # here rather than into the next test
         while self.throttled and isinstance(
@@ -184,9 +203,9 @@ class ForgiveTest(BaseTest):
         """What port_tx adds for these frames on this target."""
         return sum(len(f) + (FCS_BYTES if self.is_tna else 0) for f in frames)
 
-    def throttle(self, port: int, pps: int = THROTTLED_PPS) -> None:
-        self.target.set_queue_rate(port, pps, PRIO_LOW)
-        self.throttled.append(port)
+    def throttle(self, port: int, pps: int = THROTTLED_PPS, priority: int = PRIO_LOW) -> None:
+        self.target.set_queue_rate(port, pps, priority)
+        self.throttled.append((port, priority))
         self.pps = pps
 
     def send(self, port: int, pkt: Packet) -> None:

@@ -12,10 +12,12 @@ import ipaddress
 from collections.abc import Sequence
 from pathlib import Path
 
+from p4.v1 import p4runtime_pb2
+
 from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex, load_p4info
-from switch_model.surface import PortCounters, Thresholds
+from switch_model.surface import PortCounters, SwitchTrimming, Thresholds
 
 DEVICE_ID = 0
 """The device id the harness starts every target with."""
@@ -63,6 +65,39 @@ class SwitchSession:
 
     def set_thresholds(self, port: int, thresholds: Thresholds) -> None:
         self.client.insert([entries.port_thresholds(self.index, port, thresholds)])
+
+    def _modify(self, entry) -> None:
+        update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.MODIFY)
+        update.entity.table_entry.CopyFrom(entry)
+        self.client.write([update])
+
+    def set_switch_trimming(self, trimming: SwitchTrimming) -> None:
+        """The switch-wide trim size and queue (switch_trimming's default entry)."""
+        self._modify(entries.switch_trimming(self.index, trimming))
+
+    def set_trim_dscp(self, dscp: int, port: int | None = None) -> None:
+        """Trimmed packets get `dscp`: on every port (the default entry), or on `port`."""
+        if port is None:
+            self._modify(entries.trim_dscp_default(self.index, dscp))
+        else:
+            self.client.insert([entries.trim_dscp(self.index, port, dscp)])
+
+    def set_trim_queue_bytes(self, port: int, trim_queue_bytes: int) -> None:
+        self.client.insert([entries.trim_queue_limit(self.index, port, trim_queue_bytes)])
+
+    def disable_trim_class(self, dscp: int) -> None:
+        """Traffic class `dscp` drops instead of trimming (packet_discard_action drop)."""
+        self.client.insert([entries.trim_ineligible(self.index, dscp)])
+
+    def disable_trim_rule(self, priority: int, src: str | None = None, dscp: int | None = None):
+        """An ACL DISABLE_TRIM rule on a source prefix and/or a DSCP."""
+        self.client.insert(
+            [
+                entries.trim_acl(
+                    self.index, priority, None if src is None else _prefix(src), dscp=dscp
+                )
+            ]
+        )
 
     def port_counters(self, port: int) -> PortCounters:
         return entries.read_port_counters(self.client, self.index, [port])[port]

@@ -250,15 +250,7 @@ class SwitchService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.config.CopyFrom(config)
         self.store = TableStore(pipe)
         self.dataplane.pipeline.forwarding = self.store.compile()
-        counters = self.dataplane.counters
-        for values in (
-            counters.tx_packets,
-            counters.tx_bytes,
-            counters.ce_marks,
-            counters.trims,
-            counters.drops,
-        ):
-            values[:] = [0] * len(values)
+        self.dataplane.counters.clear()
         log.info("pipeline committed: %d tables, %d counters", len(pipe.tables), len(pipe.counters))
 
     def GetForwardingPipelineConfig(self, request, context):
@@ -437,12 +429,8 @@ class SwitchService(p4runtime_pb2_grpc.P4RuntimeServicer):
     def _counter_arrays(self, name: str) -> tuple[list[int] | None, list[int] | None]:
         """(bytes, packets) arrays of a counter; None where its unit does not count that."""
         c = self.dataplane.counters
-        return {
-            surface.PORT_TX: (c.tx_bytes, c.tx_packets),
-            surface.PORT_CE_MARKS: (None, c.ce_marks),
-            surface.PORT_TRIMS: (None, c.trims),
-            surface.PORT_DROPS: (None, c.drops),
-        }[name]
+        byte_field, packet_field = surface.COUNTER_FIELDS[name]
+        return (getattr(c, byte_field) if byte_field else None, getattr(c, packet_field))
 
     def _counter(self, store: TableStore, counter_id: int) -> surface.CounterInfo:
         info = store.pipe.counters.get(counter_id)

@@ -22,7 +22,7 @@ from controller.p4info import P4InfoIndex, entry_action, entry_key, load_p4info
 from switch_model import surface
 from switch_model.dataplane import Dataplane
 from switch_model.p4runtime_server import SwitchService, serve
-from switch_model.surface import PortCounters, Thresholds
+from switch_model.surface import PortCounters, SwitchTrimming, Thresholds
 
 sh = pytest.importorskip("p4runtime_sh.shell", reason="p4runtime-shell (test extras) missing")
 
@@ -70,14 +70,21 @@ def shell_entry(info, entry: p4runtime_pb2.TableEntry):
     action = next(a for a in info.actions if a.preamble.id == entry.action.action.action_id)
     fields = {f.id: f.name for f in table.match_fields}
     params = {p.id: p.name for p in action.params}
-    shell = sh.TableEntry(table.preamble.name)(action=action.preamble.name)
+    shell = sh.TableEntry(table.preamble.name)(
+        action=action.preamble.name, is_default=entry.is_default_action
+    )
     for m in entry.match:
         if m.HasField("lpm"):
             address = ipaddress.IPv4Address(int.from_bytes(m.lpm.value, "big"))
             text = f"{address}/{m.lpm.prefix_len}"
+        elif m.HasField("ternary"):
+            value, mask = (int.from_bytes(v, "big") for v in (m.ternary.value, m.ternary.mask))
+            text = f"{value:#x}&&&{mask:#x}"
         else:
             text = str(int.from_bytes(m.exact.value, "big"))
         shell.match[fields[m.field_id]] = text
+    if entry.priority:
+        shell.priority = entry.priority
     for param in entry.action.action.params:
         shell.action[params[param.param_id]] = str(int.from_bytes(param.value, "big"))
     return shell
@@ -103,6 +110,10 @@ def test_shell_and_project_client_agree_on_every_table_and_counter(shell):
             entries.ecmp_member(index, 5, 0, 0x020000000002, 2),
             entries.ecmp_member(index, 5, 1, 0x020000000003, 3),
             entries.ecmp_route(index, 0x0A000900, 24, 5, 2),
+            entries.trim_ineligible(index, 18),
+            entries.trim_acl(index, 5, src=(0x0A000107, 32), dscp=20),
+            entries.trim_dscp(index, 2, 3),
+            entries.trim_queue_limit(index, 2, 116),
             entries.route(index, 0x0A000202, 32, 0x020000000002, 2),
         ]
         for entry in wanted:
@@ -110,20 +121,28 @@ def test_shell_and_project_client_agree_on_every_table_and_counter(shell):
         wanted[-1] = entries.route(index, 0x0A000202, 32, 0x020000000003, 3)
         shell_entry(index.p4info, wanted[-1]).modify()
         shell_entry(index.p4info, wanted.pop(2)).delete()
+        # a table without key has only its default entry
+        wanted.append(entries.switch_trimming(index, SwitchTrimming(128, 1)))
+        shell_entry(index.p4info, wanted[-1]).modify()
 
         for table in surface.TABLE_KEYS:
             table_id = index.table_id(table)
             expected = identities(e for e in wanted if e.table_id == table_id)
             assert expected, f"the test writes no entry to {table}"
-            assert identities(e.msg() for e in sh.TableEntry(table).read()) == expected
+            keyless = not surface.TABLE_KEYS[table]
+            shell_read = sh.TableEntry(table)(is_default=keyless).read()
+            assert identities(e.msg() for e in shell_read) == expected
             query = p4runtime_pb2.Entity()
             query.table_entry.table_id = table_id
+            query.table_entry.is_default_action = keyless
             assert identities(e.table_entry for e in reader.read([query])) == expected
 
         counts = {
             surface.PORT_TX: (7, 7 * 4154),
             surface.PORT_CE_MARKS: (3, 0),
             surface.PORT_TRIMS: (2, 0),
+            surface.PORT_TRIM_TX: (1, 0),
+            surface.PORT_TRIM_DROPS: (1, 0),
             surface.PORT_DROPS: (1, 0),
         }
         for name, (packets, byte_count) in counts.items():
@@ -141,7 +160,15 @@ def test_shell_and_project_client_agree_on_every_table_and_counter(shell):
             assert by_index[2].byte_count == byte_count
             assert by_index[3].packet_count == 0
         assert entries.read_port_counters(reader, index, [2, 3]) == {
-            2: PortCounters(tx_packets=7, tx_bytes=7 * 4154, ce_marks=3, trims=2, drops=1),
+            2: PortCounters(
+                tx_packets=7,
+                tx_bytes=7 * 4154,
+                ce_marks=3,
+                trims=2,
+                drops=1,
+                trim_tx=1,
+                trim_drops=1,
+            ),
             3: PortCounters(),
         }
     finally:

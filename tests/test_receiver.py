@@ -60,6 +60,21 @@ def test_trimmed_header_with_nothing_missing_acks_and_charges_nothing():
     assert rx.step_state(1) == before
 
 
+def test_a_trimmed_header_keeping_cut_payload_is_the_same_trim():
+    """A trim size past the headers leaves some payload behind the FTH: ignored, the range
+    is decided exactly as for a bare header, and nothing counts as received."""
+    bare, cut = receiver(), receiver()
+    for rx in (bare, cut):
+        fill(rx, 20 * K, 100 * K)
+    header = trim(FLOW, 20 * K, K, 100 * K)
+    got = [
+        only(rx.receive(pkt, False, 1.0)) for rx, pkt in ((bare, header), (cut, header + bytes(70)))
+    ]
+    assert got[0] == got[1] and got[0].opcode == Opcode.ACK  # forgiven, p = 0.1
+    assert bare.step_state(1) == cut.step_state(1)
+    assert cut.step_state(1)["received"] == 20 * K and cut.rejected == {}
+
+
 def test_non_gradient_flow_is_never_forgiven():
     rx = receiver(gradient=False)
     fill(rx, 50 * K, 100 * K)

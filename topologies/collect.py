@@ -19,6 +19,9 @@ from workload.lossrecord import LossRecord, LossRecordError, StepClass, assemble
 
 ENGINE = "mininet"
 """The engine named in the loss records this module assembles."""
+TRIMS_AT = "rx_trims_"
+"""An agent summary's counts of trimmed headers by where they were trimmed (asymmetric DSCP):
+rx_trims_host, rx_trims_fabric, rx_trims_unlocated."""
 
 
 class CollectError(RuntimeError):
@@ -128,6 +131,11 @@ def collect(
             switch_total[name] += value
     gradient_recvs = [r for r in recvs if r["traffic_class"] == "gradient"]
     loss = loss_record(train)
+    located: dict[str, int] = defaultdict(int)
+    for agent in (r for r in stats if r["type"] == "agent"):
+        for key, value in agent.items():
+            if key.startswith(TRIMS_AT):
+                located[key[len(TRIMS_AT) :]] += value
     return RunResult(
         policy=policy,
         seed=seed,
@@ -139,6 +147,8 @@ def collect(
         retransmitted_bytes=sum(r["retransmitted_bytes"] for r in sends),
         data_packets_sent=sum(r["sent_packets"] for r in sends),
         trims=switch_total["trims"],
+        trim_drops=switch_total["trim_drops"],
+        trims_located=dict(located),
         ce_marks=switch_total["ce_marks"],
         cnps=sum(r["cnps"] for r in sends),
         rtos=sum(r["rtos"] for r in sends),
@@ -163,6 +173,8 @@ def collect(
                 r["core_rx"]["trimmed"] for r in stats if r["type"] == "agent"
             ),
             "trims_at_switches": switch_total["trims"],
+            "trims_sent_at_switches": switch_total["trim_tx"],
+            "trim_drops_at_switches": switch_total["trim_drops"],
             "drops_at_switches": switch_total["drops"],
         },
     )

@@ -20,7 +20,17 @@ queue, ECN from 800 KB) and shrunk by one `Scaling`. A fabric file is TOML:
     host_link_mbps = 20
     byte_scale = 64
 
+    [trimming]                  # all optional: controller.trimming has every key
+    size = 58
+    dscp_value = "from-tc"
+    tc_value = 5
+    port_qos_map = { host = "host_trim", fabric = "fabric_trim" }
+    [trimming.tc_to_dscp_map.host_trim]
+    5 = 3
+
 Oversubscription at a leaf is hosts_per_leaf * host_link / (spines * spine_link).
+The trimming section is the controller's, as the switches get it, except that
+`trim_queue_bytes` is at fabric scale and shrinks like every queue size.
 Every error names the file and the key, in one line, before anything starts.
 """
 
@@ -32,9 +42,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from controller import trimming as trim_section
 from controller.p4info import ConfigError
-from controller.topology import MAX_RATE_BPS
+from controller.topology import MAX_RATE_BPS, Fabric
 from controller.topology import parse as parse_description
+from controller.trimming import Trimming
 from switch_model.surface import PMAX_ONE, Thresholds
 from topologies.scaling import Scaling, ScalingError
 
@@ -61,6 +73,8 @@ class FabricSpec:
     spine_link_gbps: float = 400.0
     switch: SwitchSettings = field(default_factory=SwitchSettings)
     scaling: Scaling = field(default_factory=Scaling)
+    trimming: Trimming = trim_section.DEFAULT
+    """At fabric scale: `Plan.trimming` is what the switches get."""
 
     @property
     def oversubscription(self) -> float:
@@ -117,19 +131,21 @@ def _check(spec: FabricSpec) -> FabricSpec:
             )
     except ScalingError as err:
         raise FabricError(str(err)) from None
+    trim_queue = plan(spec).trimming().trim_queue_bytes
+    if trim_queue is not None and trim_queue < spec.trimming.size:
+        raise FabricError(
+            f"[trimming] trim_queue_bytes of {spec.trimming.trim_queue_bytes} B scales to "
+            f"{trim_queue} B, under one {spec.trimming.size}-byte trimmed packet; lower "
+            "byte_scale"
+        )
     _check_description(spec)
     return spec
 
 
 def _check_description(spec: FabricSpec) -> None:
     """The controller's parse of the description a run will hand it, before anything starts."""
-    fabric_plan = plan(spec)
-    endpoints = {
-        name: {"target": "model", "grpc": f"127.0.0.1:{i + 1}", "control": "check"}
-        for i, name in enumerate(fabric_plan.switches)
-    }
     try:
-        parse_description(fabric_plan.controller_description(endpoints))
+        plan(spec).fabric()
     except ConfigError as err:
         raise FabricError(f"the scaled fabric is refused by the controller: {err}") from None
 
@@ -146,6 +162,7 @@ def with_scaling(spec: FabricSpec, scaling: Scaling) -> FabricSpec:
 
 
 _TOP_KEYS = {"name", "leaves", "spines", "hosts_per_leaf", "host_link_gbps", "spine_link_gbps"}
+_SECTIONS = {"switch", "emulation", "trimming"}
 _SWITCH_KEYS = {"data_queue_bytes", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax"}
 _EMULATION_KEYS = {"host_link_mbps", "byte_scale"}
 
@@ -166,7 +183,7 @@ def _typed(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
 
 
 def parse(doc: dict[str, Any]) -> FabricSpec:
-    unknown = set(doc) - _TOP_KEYS - {"switch", "emulation"}
+    unknown = set(doc) - _TOP_KEYS - _SECTIONS
     if unknown:
         raise FabricError(f"unknown key(s) {', '.join(sorted(unknown))}")
     missing = {"leaves", "spines", "hosts_per_leaf"} - set(doc)
@@ -203,7 +220,15 @@ def parse(doc: dict[str, Any]) -> FabricSpec:
         )
     except ScalingError as err:
         raise FabricError(str(err)) from None
-    return _check(FabricSpec(**top, switch=SwitchSettings(**sections["switch"]), scaling=scaling))
+    try:
+        trimming = trim_section.parse(doc.get("trimming", {}), "[trimming]")
+    except ConfigError as err:
+        raise FabricError(str(err)) from None
+    return _check(
+        FabricSpec(
+            **top, switch=SwitchSettings(**sections["switch"]), scaling=scaling, trimming=trimming
+        )
+    )
 
 
 def load(path: str | Path) -> FabricSpec:
@@ -261,6 +286,22 @@ class Plan:
             ecn_pmax=round(sw.ecn_pmax * PMAX_ONE),
         )
 
+    def trimming(self) -> Trimming:
+        """The spec's trimming at the emulation's scale (its trim queue bound shrunk)."""
+        trimming = self.spec.trimming
+        if trimming.trim_queue_bytes is None:
+            return trimming
+        return replace(trimming, trim_queue_bytes=self.spec.scaling.size(trimming.trim_queue_bytes))
+
+    def fabric(self) -> Fabric:
+        """The controller's parse of this plan's description, with endpoints nothing reaches:
+        what the switches will be told, for the checks and settings that need no switch."""
+        endpoints = {
+            name: {"target": "model", "grpc": f"127.0.0.1:{i + 1}", "control": "check"}
+            for i, name in enumerate(self.switches)
+        }
+        return parse_description(self.controller_description(endpoints))
+
     def controller_description(self, endpoints: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The controller's fabric JSON, given each switch's target and control endpoints."""
         missing = set(self.switches) - set(endpoints)
@@ -282,6 +323,7 @@ class Plan:
             # Physical queues hold what the program admits with room to spare; the
             # program, not the queue, decides when DATA is trimmed.
             "queues": {"low_queue_bytes": 2 * data_queue, "high_queue_bytes": data_queue},
+            "trimming": self.trimming().to_json(),
         }
 
 

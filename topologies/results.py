@@ -57,6 +57,12 @@ class RunResult:
     """Totals that must add up across hosts and switches (see topologies.collect)."""
     loss: dict[str, Any] | None = None
     """The run's loss record (workload.lossrecord, schema in docs/impact.md); None in older results."""
+    trim_drops: int = 0
+    """Packets the switches trimmed but dropped because the trim queue was full (SAI's
+    DROPPED_TRIM_PACKETS); `trims` counts them too."""
+    trims_located: dict[str, int] = field(default_factory=dict)
+    """Trimmed headers the receivers saw, by where their DSCP says they were trimmed ("host":
+    on a host downlink, the last hop; "fabric"; "unlocated"); empty without asymmetric DSCP."""
 
     @property
     def gradient_bytes(self) -> int:
@@ -77,6 +83,9 @@ class RunResult:
             "forgiven_pct": _pct(self.forgiven_bytes, self.gradient_bytes),
             "retransmitted_pct": _pct(self.retransmitted_bytes, self.data_bytes_sent),
             "trim_rate_pct": _pct(self.trims, self.data_packets_sent),
+            "trims_last_hop": self.trims_located.get("host") if self.trims_located else None,
+            "trims_fabric": self.trims_located.get("fabric") if self.trims_located else None,
+            "trim_drops": self.trim_drops,
             "ce_marks": self.ce_marks,
             "cnps": self.cnps,
             "rtos": self.rtos,
@@ -131,6 +140,9 @@ COLUMNS = [
     ("forgiven_pct", "forgiven %", "{:.2f}"),
     ("retransmitted_pct", "retx %", "{:.2f}"),
     ("trim_rate_pct", "trim %", "{:.2f}"),
+    ("trims_last_hop", "last-hop trims", "{:.0f}"),
+    ("trims_fabric", "fabric trims", "{:.0f}"),
+    ("trim_drops", "trim drops", "{:.0f}"),
     ("ce_marks", "CE marks", "{:.0f}"),
     ("cnps", "CNPs", "{:.0f}"),
     ("rtos", "RTOs", "{:.0f}"),

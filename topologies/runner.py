@@ -439,6 +439,8 @@ def _trainer_command(
     cmd += ["--time-scale", str(agent["time_scale"])]
     cmd += ["--rto", f"{agent['rto']:.6f}", "--rto-max", f"{agent['rto_max']:.6f}"]
     cmd += ["--gateway-mac", _mac_text(switch_port_mac(host.leaf, host.port))]
+    for dscp, where in agent["trim_locations"].items():
+        cmd += ["--trim-dscp", f"{where}={dscp}"]
     cmd += ["--stats", str(stats_files[host.name]), "--out", str(train_files[host.name])]
     cmd += ["--timeout", str(config.timeout_s), "--config", cfg.to_json()]
     return cmd
@@ -446,9 +448,10 @@ def _trainer_command(
 
 def agent_settings(
     config: RunConfig, fabric_plan: Plan, link_delay_s: float = 0.0
-) -> dict[str, float]:
-    """Every host's NIC rate, timer stretch and timeouts, whichever engine runs it;
-    `link_delay_s` is each link's propagation delay (none on veths)."""
+) -> dict[str, Any]:
+    """Every host's NIC rate, timer stretch and timeouts, and what the switches' trim DSCPs
+    say of where a trim happened, whichever engine runs it; `link_delay_s` is each link's
+    propagation delay (none on veths)."""
     sc = config.fabric.scaling
     rto = initial_rto(fabric_plan, link_delay_s)
     return {
@@ -456,6 +459,7 @@ def agent_settings(
         "time_scale": sc.time_scale,
         "rto": rto,
         "rto_max": 10 * rto,
+        "trim_locations": fabric_plan.fabric().trim_locations(),
     }
 
 

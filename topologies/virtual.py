@@ -41,7 +41,7 @@ from host_agent.stats import StatsLog
 from switch_model.counters import CounterArrays
 from switch_model.pipeline import Pipeline
 from switch_model.port import EgressPort
-from switch_model.surface import PortCounters, load_pipeline
+from switch_model.surface import load_pipeline
 from switch_model.tables import Forwarding, TableStore
 from topologies.scaling import FRAME_BYTES
 from workload.plan import TrainingConfig
@@ -89,16 +89,23 @@ def host_ports(fabric: Fabric) -> list[HostPort]:
 
 
 def forwarding(fabric: Fabric, switch: str, p4info) -> Forwarding:
-    """The lookup snapshot of `switch` after the controller's entries, as P4Runtime writes."""
+    """The lookup snapshot of `switch` after the controller's entries and default entries, as
+    P4Runtime writes them."""
     from p4.v1 import p4runtime_pb2
 
-    from controller.fabric_control import switch_entries
+    from controller.fabric_control import switch_defaults, switch_entries
 
+    index = P4InfoIndex(p4info)
     store = TableStore(load_pipeline(p4info))
-    for entry in switch_entries(fabric, P4InfoIndex(p4info), switch):
-        update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
-        update.entity.table_entry.CopyFrom(entry)
-        store.apply(update)
+    _Update = p4runtime_pb2.Update
+    for kind, entries in (
+        (_Update.INSERT, switch_entries(fabric, index, switch)),
+        (_Update.MODIFY, switch_defaults(fabric, index, switch)),
+    ):
+        for entry in entries:
+            update = _Update(type=kind)
+            update.entity.table_entry.CopyFrom(entry)
+            store.apply(update)
     return store.compile()
 
 
@@ -336,13 +343,7 @@ class VirtualFabric:
 
     def switch_totals(self) -> dict[str, dict[str, int]]:
         """Per switch, its counters summed over its ports (as the runner reads real ones)."""
-        out = {}
-        for name, c in self.counters.items():
-            total = PortCounters(
-                sum(c.tx_packets), sum(c.tx_bytes), sum(c.ce_marks), sum(c.trims), sum(c.drops)
-            )
-            out[name] = total.__dict__.copy()
-        return out
+        return {name: c.totals() for name, c in self.counters.items()}
 
 
 def sim_endpoints(switches) -> dict[str, dict]:
