@@ -1,11 +1,18 @@
 """Line rate and queue sizes per port, through whichever channel the target has.
 
 P4Runtime has no queue API. BMv2 takes rates and depths over Thrift through
-`simple_switch_CLI`, in packets per second and packets; the model takes bits
-per second and bytes on its control socket. One call serves both, so a runner
-does not care which target it drives. For BMv2 the byte figures become
-packets of a full-size DATA frame (`REFERENCE_FRAME_BYTES`), the unit BMv2
-schedules in.
+`simple_switch_CLI`, in packets per second and packets, per priority queue;
+the model takes bits per second and bytes on its control socket. One call
+serves both, so a runner does not care which target it drives.
+
+BMv2 cannot share one line rate between a port's two queues: each priority
+queue is paced on its own, in packets. The closest it comes is to pace each
+queue in packets of the frames it carries: the data queue in full DATA frames
+(`REFERENCE_FRAME_BYTES`), the high queue in trimmed headers (58 bytes, the
+size of every FTH control packet too). Each queue then drains at the line rate
+in bytes; together they can exceed it by the high queue's bytes, which the
+model's shared line rate instead takes from the data queue (docs/dataplane.md
+measures the difference).
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ import subprocess
 import sys
 
 from controller.topology import PortSpec, SwitchSpec
+from host_agent.wire import TRIMMED_FRAME_LEN
 from switch_model import control
+from switch_model.port import PRIO_HIGH, PRIO_LOW
 
 REFERENCE_FRAME_BYTES = 4154
 """Ethernet + IPv4 + UDP + FTH + 4096 bytes of payload."""
@@ -27,13 +36,19 @@ class ShapingFailed(RuntimeError):
 
 
 def bmv2_commands(port: int, spec: PortSpec) -> list[str]:
+    """Per priority queue: its rate in packets/s and its depth in packets, counted in the
+    frames that queue carries (full DATA frames low, trimmed headers high)."""
     commands = []
-    if spec.rate_bps is not None:
-        pps = max(1, round(spec.rate_bps / (8 * REFERENCE_FRAME_BYTES)))
-        commands.append(f"set_queue_rate {pps} {port}")
-    if spec.low_queue_bytes is not None:
-        depth = max(1, math.ceil(spec.low_queue_bytes / REFERENCE_FRAME_BYTES))
-        commands.append(f"set_queue_depth {depth} {port}")
+    for prio, frame, depth_bytes in (
+        (PRIO_LOW, REFERENCE_FRAME_BYTES, spec.low_queue_bytes),
+        (PRIO_HIGH, TRIMMED_FRAME_LEN, spec.high_queue_bytes),
+    ):
+        if spec.rate_bps is not None:
+            pps = max(1, round(spec.rate_bps / (8 * frame)))
+            commands.append(f"set_queue_rate {pps} {port} {prio}")
+        if depth_bytes is not None:
+            depth = max(1, math.ceil(depth_bytes / frame))
+            commands.append(f"set_queue_depth {depth} {port} {prio}")
     return commands
 
 

@@ -145,15 +145,11 @@ class HostAgent:
         so this repeats until the host has neither frames nor events.
         """
         host = self.host
-        sendmsg = self.link.sock.sendmsg
+        send_frames = self.link.send_frames
         while True:
-            for frame in host.frames_to_send(now, data):
-                try:
-                    sendmsg(frame)
-                except OSError:
-                    # A full device queue loses the frame exactly as a congested link
-                    # would; the transport above recovers it.
-                    self.link.tx_errors += 1
+            frames = host.frames_to_send(now, data)
+            if frames:
+                send_frames(frames)
             event = host.next_event()
             if event is None:
                 return

@@ -157,7 +157,7 @@ class Endpoint:
         self.config = config
         self.policy = config.policy
         self.log = log or StatsLog(None, "")
-        self._warn = warn or _stderr
+        self.warn = warn or _stderr
         p_low, p_high = self.policy.receiver_probabilities
         dcqcn = DcqcnParams(line_rate_bps=config.line_rate_bps, time_scale=config.time_scale)
         self.rx = ForgiveReceiver(
@@ -534,7 +534,7 @@ class Endpoint:
         problem = self.step_problem(step)
         if problem:
             self.counters["bound_violations"] += 1
-            self._warn(f"BOUND VIOLATION at {where}, step {step}: {problem}")
+            self.warn(f"BOUND VIOLATION at {where}, step {step}: {problem}")
             self._emit(BoundViolation(step, where, problem), now)
 
     def _shed(self, step: int, flow_id: int) -> bool:

@@ -17,16 +17,17 @@ from dataclasses import dataclass, field
 from host_agent.endpoint import Endpoint, EndpointConfig
 from host_agent.events import Event
 from host_agent.frames import (
+    UDP_LEN,
+    UDP_STRUCT,
     FrameBuilder,
     MalformedFrame,
     ip_bytes,
     mac_bytes,
     parse,
-    udp_header,
 )
 from host_agent.neighbors import Held, Neighbors
 from host_agent.stats import StatsLog
-from host_agent.wire import ECN_ECT0, ECN_NOT_ECT, Dscp
+from host_agent.wire import ECN_ECT0, ECN_NOT_ECT, FORGIVE_UDP_PORT, Dscp
 
 Frame = tuple[bytes, ...]
 """One frame as the parts a scatter-gather send joins (headers, then the FTH packet)."""
@@ -75,7 +76,7 @@ class Host:
         config.validate()
         self.config = config
         self.endpoint = Endpoint(config.endpoint, log, warn)
-        self._warn = self.endpoint._warn
+        self._warn = self.endpoint.warn
         self.counters = self.endpoint.counters
         self.mac = mac
         self.ip = ip_bytes(ip)
@@ -92,7 +93,7 @@ class Host:
         self._source_macs: dict[bytes, bytes] = {}
         """The MAC each peer's frames last came from: the next hop of last resort for replies."""
         self._prefixes: dict[tuple[bytes, int, int], bytes] = {}
-        """(peer, TOS, FTH length) -> Ethernet + IPv4 headers, for peers with a known next hop."""
+        """(peer, DSCP, FTH length) -> Ethernet + IPv4 headers, for peers with a known next hop."""
         self._sport_rng = random.Random(config.endpoint.seed ^ int.from_bytes(self.ip, "big"))
 
     # ----- frames in and out ---------------------------------------------------------
@@ -129,22 +130,23 @@ class Host:
             prefixes.clear()
         spray = self.config.spray
         getrandbits = self._sport_rng.getrandbits
+        udp = UDP_STRUCT.pack
         for peer, dscp, flow_id, pkt in self.endpoint.datagrams_to_send(now, data):
             size = len(pkt)
             if dscp == _CONTROL:
-                tos, sport = (_CONTROL << 2) | ECN_NOT_ECT, _SPORT_BASE
+                sport = _SPORT_BASE
             else:
-                tos = (dscp << 2) | ECN_ECT0
                 sport = _SPORT_BASE | (getrandbits(14) if spray else _flow_port(flow_id))
-            prefix = prefixes.get((peer, tos, size))
+            key = (peer, dscp, size)
+            prefix = prefixes.get(key)
             if prefix is None:
                 mac = self._next_hop(peer, dscp, now)
                 if mac is None:
                     self.neighbors.hold(peer, (dscp, sport, pkt))
                     continue
-                prefix = self.builder.ip_prefix(mac, peer, tos, size)
-                prefixes[(peer, tos, size)] = prefix
-            frames.append((prefix, udp_header(sport, size), pkt))
+                ecn = ECN_NOT_ECT if dscp == _CONTROL else ECN_ECT0
+                prefix = prefixes[key] = self.builder.ip_prefix(mac, peer, dscp << 2 | ecn, size)
+            frames.append((prefix, udp(sport, FORGIVE_UDP_PORT, UDP_LEN + size, 0), pkt))
         if self._frames:  # ARP requests made while resolving
             frames += self._frames
             self._frames = []

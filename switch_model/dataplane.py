@@ -6,6 +6,12 @@ it for received frames or when the earliest busy port may send again; it
 drains each readable socket in a bounded batch through the pipeline, then
 serves every busy port for as long as its port model lets frames leave.
 
+Time is the kernel's: each frame goes through the pipeline at the moment the
+kernel received it (SO_TIMESTAMPNS), after the departures that were due by
+then, so a loop that the operating system schedules late still admits, trims
+and marks each frame against the queue as it stood when the frame arrived,
+as a simulator driving the same classes on its virtual clock would.
+
 Frames the kernel drops because a port's socket buffer is full never reach
 the pipeline; the socket counts them (PACKET_STATISTICS) and `stats` reports
 them among the refused frames.
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import select
 import socket
 import struct
@@ -30,6 +37,9 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("qq")
+STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
 _TPACKET_STATS = struct.Struct("II")
 """struct tpacket_stats: packets, drops since the last read (reading resets both)."""
 RX_BATCH = 64
@@ -46,6 +56,7 @@ def open_port_socket(ifname: str) -> socket.socket:
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     try:
         sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
         sock.bind((ifname, ETH_P_ALL))
@@ -129,33 +140,48 @@ class Dataplane:
             poller.register(sock.fileno(), select.EPOLLIN)
             by_fd[sock.fileno()] = sock
         buf = bytearray(MAX_FRAME)
+        bufs = [buf]
         process = self.pipeline.process
+        transmit = self._transmit
         busy: set[EgressPort] = set()
+        soonest = math.inf
+        """The earliest departure any busy port is waiting for."""
         monotonic = time.monotonic
+        wall = time.time
+        unpack_stamp = _TIMESPEC.unpack
         try:
             while not self._stop.is_set():
                 timeout = IDLE_WAKE_S
                 if busy:
-                    due = min(p.next_departure() for p in busy)
-                    timeout = min(IDLE_WAKE_S, max(0.0, due - monotonic()))
+                    timeout = min(IDLE_WAKE_S, max(0.0, soonest - monotonic()))
                 events = poller.poll(timeout)
                 now = monotonic()
+                skew = wall() - now
                 for fd, _ in events:
-                    recv_into = by_fd[fd].recv_into
+                    recvmsg_into = by_fd[fd].recvmsg_into
                     for _ in range(RX_BATCH):
                         try:
-                            n = recv_into(buf)
+                            n, stamps, _, _ = recvmsg_into(bufs, STAMP_SPACE)
                         except BlockingIOError:
                             break
                         except OSError as err:
                             self._receive_failed(poller, fd, err)
                             break
-                        port = process(buf[:n], now)
+                        # The kernel's receive time, so that a frame is admitted against the
+                        # queue as it stood when the frame arrived, however late this loop is.
+                        arrived = now
+                        if stamps:
+                            sec, nsec = unpack_stamp(stamps[0][2])
+                            arrived = min(now, sec + nsec * 1e-9 - skew)
+                        if arrived >= soonest:
+                            soonest = transmit(busy, arrived)
+                        port = process(buf[:n], arrived)
                         self.rx_frames += 1
                         if port is not None:
                             busy.add(port)
+                            soonest = min(soonest, port.next_departure())
                 if busy:
-                    self._transmit(busy, monotonic())
+                    soonest = transmit(busy, monotonic())
         finally:
             poller.close()
 
@@ -170,8 +196,10 @@ class Dataplane:
         else:
             log.warning("receive on %s failed: %s", name, err)
 
-    def _transmit(self, busy: set[EgressPort], now: float) -> None:
+    def _transmit(self, busy: set[EgressPort], now: float) -> float:
+        """Send what every busy port lets leave by `now`; the next departure after that."""
         egress = self.pipeline.egress
+        soonest = math.inf
         for port in list(busy):
             number = port.number
             send = self.sockets[number].send
@@ -184,8 +212,12 @@ class Dataplane:
                 except OSError as err:
                     log.debug("send on %s failed: %s", self.ifnames[number], err)
                     self.pipeline.not_sent(number, received)
-            if port.empty:
+            due = port.next_departure()
+            if due is None:
                 busy.discard(port)
+            elif due < soonest:
+                soonest = due
+        return soonest
 
     def _collect_socket_drops(self) -> None:
         with self._stats_lock:

@@ -277,7 +277,21 @@ def test_bmv2_shaping_is_in_packets_of_a_full_data_frame():
     spec = PortSpec(
         (1, 2, 3, 4), rate_bps=1_000_000_000, low_queue_bytes=4 << 20, high_queue_bytes=None
     )
-    assert bmv2_commands(3, spec) == ["set_queue_rate 30091 3", "set_queue_depth 1010 3"]
+    data_queue = [c for c in bmv2_commands(3, spec) if c.endswith(" 3 0")]
+    assert data_queue == ["set_queue_rate 30091 3 0", "set_queue_depth 1010 3 0"]
+
+
+def test_bmv2_paces_the_high_queue_in_trimmed_headers():
+    """BMv2 paces each priority queue on its own, in packets: the high queue's packets are
+    58-byte headers, so it is paced and sized in those, not in full DATA frames."""
+    spec = PortSpec(
+        (1, 2, 3, 4), rate_bps=20_000_000, low_queue_bytes=None, high_queue_bytes=58_000
+    )
+    assert bmv2_commands(3, spec) == [
+        "set_queue_rate 602 3 0",
+        "set_queue_rate 43103 3 1",
+        "set_queue_depth 1000 3 1",
+    ]
 
 
 def test_unreachable_address_gives_a_clear_error():
