@@ -31,6 +31,7 @@ from switch_harness import (
     VethSet,
     can_use_netns,
     device_config,
+    insert_entries,
     p4info,
 )
 
@@ -165,12 +166,7 @@ def configure(client: SwitchClient, device: bytes) -> None:
             ),
         ),
     ]
-    updates = []
-    for entry in entries:
-        update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
-        update.entity.table_entry.CopyFrom(entry)
-        updates.append(update)
-    client.write(updates)
+    insert_entries(client, entries)
 
 
 def incast(target: str, workdir) -> dict[str, int]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import Ether
 from switch_harness import (
@@ -16,6 +15,7 @@ from switch_harness import (
     VethSet,
     can_use_netns,
     device_config,
+    insert_entries,
     p4info,
 )
 
@@ -62,12 +62,7 @@ def configure(grpc: str, device_id: int) -> SwitchClient:
                 {"dmac": 0x020000000000 | port, "port": port},
             )
         )
-    updates = []
-    for entry in entries:
-        update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
-        update.entity.table_entry.CopyFrom(entry)
-        updates.append(update)
-    client.write(updates)
+    insert_entries(client, entries)
     return client
 
 
