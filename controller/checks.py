@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from controller.p4info import ConfigError
 
+MAX_BYTES = (1 << 32) - 1
+"""Byte counts are bit<32> parameters of forgive.p4's actions (4 GiB)."""
+
 
 def show(value) -> str:
     """A value for a one-line message, however long or odd."""

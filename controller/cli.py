@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 
 import grpc
 
@@ -38,29 +39,26 @@ from controller.topology import Fabric, load
 from switch_model.port import PRIO_LOW
 from switch_model.surface import PortCounters
 
-
-def format_counters(switch: str, rows: dict[int, PortCounters]) -> str:
-    header = f"{'switch':<8}{'port':>5}{'tx_packets':>12}{'tx_bytes':>14}{'ce_marks':>10}{'trims':>9}{'drops':>9}"
-    lines = [header]
-    for port, row in sorted(rows.items()):
-        lines.append(
-            f"{switch:<8}{port:>5}{row.tx_packets:>12}{row.tx_bytes:>14}"
-            f"{row.ce_marks:>10}{row.trims:>9}{row.drops:>9}"
-        )
-    return "\n".join(lines)
-
-
 TRIM_QUEUE = PRIO_LOW
 """The one queue of a port whose packets are trimmed (SAI counts trims per such queue)."""
+COUNTER_COLUMNS = (
+    ("tx_packets", 12),
+    ("tx_bytes", 14),
+    ("ce_marks", 10),
+    ("trims", 9),
+    ("drops", 9),
+)
+TRIM_COLUMNS = (("queue", 6), ("trims", 9), ("trim_tx", 9), ("trim_drops", 11))
+"""SAI's trim counters: trimmed, trimmed and sent, trimmed but dropped."""
 
 
-def format_trim_counters(switch: str, rows: dict[int, PortCounters]) -> str:
-    header = f"{'switch':<8}{'port':>5}{'queue':>6}{'trims':>9}{'trim_tx':>9}{'trim_drops':>11}"
-    lines = [header]
+def format_counters(switch: str, rows: dict[int, PortCounters], columns=COUNTER_COLUMNS) -> str:
+    """One line per port: `columns` are (PortCounters field or "queue", width)."""
+    lines = [f"{'switch':<8}{'port':>5}" + "".join(f"{name:>{w}}" for name, w in columns)]
     for port, row in sorted(rows.items()):
-        lines.append(
-            f"{switch:<8}{port:>5}{TRIM_QUEUE:>6}{row.trims:>9}{row.trim_tx:>9}{row.trim_drops:>11}"
-        )
+        values = {**asdict(row), "queue": TRIM_QUEUE}
+        cells = "".join(f"{values[name]:>{w}}" for name, w in columns)
+        lines.append(f"{switch:<8}{port:>5}{cells}")
     return "\n".join(lines)
 
 
@@ -122,9 +120,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
         else:
             controller.connect(write=False)  # reading needs no mastership
-            show = format_trim_counters if args.trim else format_counters
+            columns = TRIM_COLUMNS if args.trim else COUNTER_COLUMNS
             for name in names:
-                print(show(name, controller.counters(name)))
+                print(format_counters(name, controller.counters(name), columns))
     except ConfigError as err:
         print(f"forgive-ctl: {err}", file=sys.stderr)
         return 2

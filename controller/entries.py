@@ -14,11 +14,11 @@ from p4.v1 import p4runtime_pb2
 
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
+from host_agent.wire import MAX_DSCP
 from switch_model import surface
 from switch_model.surface import PortCounters, SwitchTrimming, Thresholds
 
 IPV4_MASK = (1 << 32) - 1
-DSCP_MASK = (1 << 6) - 1
 
 
 def route(index: P4InfoIndex, prefix: int, prefix_len: int, dmac: int, port: int):
@@ -123,7 +123,7 @@ def trim_acl(
         {
             surface.SRC_ADDR: prefix(src),
             surface.DST_ADDR: prefix(dst),
-            surface.DSCP: (0, 0) if dscp is None else (dscp, DSCP_MASK),
+            surface.DSCP: (0, 0) if dscp is None else (dscp, MAX_DSCP),
         },
         surface.DISABLE_TRIM,
         {},

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from controller.p4info import ConfigError
 from controller.topology import Fabric
-from controller.trimming import DSCP_FROM_TC, DSCP_KEEP, MAX_DSCP
+from controller.trimming import DSCP_FROM_TC, DSCP_KEEP
+from host_agent.wire import MAX_DSCP
 from switch_model.port import PRIO_HIGH, PRIO_LOW
 
 POOL = "egress_lossy_pool"

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller import trimming as trim_section
-from controller.checks import check_int, check_object, show
+from controller.checks import MAX_BYTES, check_int, check_object, show
 from controller.p4info import ConfigError
 from controller.trimming import Trimming
 from switch_model.surface import PMAX_ONE, Thresholds
@@ -57,8 +57,6 @@ TOFINO_TARGETS = ("tofino", "tofino2")
 TARGETS = ("model", "bmv2", *TOFINO_TARGETS)
 MAX_DEVICE_ID = (1 << 64) - 1
 """P4Runtime's device_id is a uint64."""
-MAX_BYTES = (1 << 32) - 1
-"""Thresholds are bit<32> parameters of forgive.p4; queue sizes share the bound (4 GiB)."""
 MAX_RATE_BPS = 10**13
 """10 Tbit/s, beyond any switch port: a larger line rate is a typo."""
 MAX_PORT = 511

@@ -31,8 +31,9 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from controller.checks import check_int, check_object, show
+from controller.checks import MAX_BYTES, check_int, check_object, show
 from controller.p4info import ConfigError
+from host_agent.wire import MAX_DSCP
 from switch_model.port import PRIO_HIGH, PRIO_LOW
 from switch_model.surface import DEFAULT_TRIMMING, SwitchTrimming
 
@@ -42,13 +43,11 @@ DSCP_FROM_TC = "from-tc"
 ROLES = ("host", "fabric")
 """Port roles a TC-to-DSCP map binds to: facing a host (the last hop) or another switch."""
 DISCARD_ACTIONS = ("drop", "trim")
-MAX_DSCP = 63
 MAX_TC = 7
 MAX_TRIM_SIZE = 9014
 """A jumbo frame (MTU 9000 and its Ethernet header): a larger size cuts nothing more."""
 MAX_ACL_RULES = 256
 """trim_acl's size in forgive.p4."""
-MAX_BYTES = (1 << 32) - 1
 KEYS = (
     "size",
     "dscp_value",

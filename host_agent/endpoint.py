@@ -43,7 +43,7 @@ from host_agent.stats import (
     completion_violation,
     loss_budget,
 )
-from host_agent.wire import FTH_LEN, Dscp, Flag, MalformedPacket, Opcode, peek
+from host_agent.wire import FTH_LEN, MAX_DSCP, Dscp, Flag, MalformedPacket, Opcode, peek
 
 TRAFFIC_CLASSES: dict[str, Dscp] = {
     "gradient": Dscp.GRADIENT,
@@ -54,7 +54,6 @@ TRAFFIC_CLASSES: dict[str, Dscp] = {
 _DATA = int(Opcode.DATA)
 _TRIMMED = int(Flag.TRIMMED)
 _CONTROL = int(Dscp.CONTROL)
-MAX_DSCP = 63
 UNLOCATED = "unlocated"
 """Where a trimmed header whose DSCP names no location is counted."""
 

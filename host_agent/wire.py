@@ -89,6 +89,10 @@ class Flag(IntFlag):
     LAST = 0x20
 
 
+MAX_DSCP = 0x3F
+"""DSCP is the top six bits of the TOS byte."""
+
+
 class Dscp(IntEnum):
     """Traffic classes carried in the IPv4 DSCP (docs/protocol.md, "Packets")."""
 

@@ -19,11 +19,16 @@ from controller.topology import parse
 from controller.trimming import DEFAULT
 from host_agent.cli import agent_arguments, config_from
 from host_agent.endpoint import Endpoint, EndpointConfig
+from host_agent.host import HostConfig
+from host_agent.policies import parse_policy
 from host_agent.wire import Flag, Fth, Opcode
 from switch_model import surface
 from switch_model.surface import SwitchTrimming
 from topologies.cli import main
 from topologies.fabric import FabricError, load, plan, preset
+from topologies.runner import RunConfig, Workload, agent_settings
+from topologies.simulated import LINK_DELAY_S, sim_scaling
+from topologies.virtual import sim_endpoints, train
 
 INDEX = P4InfoIndex(
     load_p4info(Path(__file__).resolve().parent.parent / "p4src/build/forgive.p4info.txtpb")
@@ -309,27 +314,52 @@ def run_sim(tmp_path: Path, fabric: str, *extra: str) -> dict:
     return run
 
 
-def test_asymmetric_dscp_end_to_end_tells_fabric_trims_from_last_hop_ones(tmp_path):
-    """2to1 trims at its oversubscribed uplinks; one switch has only host downlinks. Every
-    trimmed header a receiver saw is located, and the run records the split."""
+def test_asymmetric_dscp_end_to_end_the_run_reports_the_split(tmp_path):
+    """On 2to1 the ranks' traffic crosses the oversubscribed uplinks: the fabric trims, every
+    trimmed header a receiver saw is located, and the run's JSON and table say so."""
     run = run_sim(tmp_path, str(ASYMMETRIC))
     located, acc = run["trims_located"], run["accounting"]
     assert located["fabric"] > 0 and located["unlocated"] == 0
     assert located["host"] + located["fabric"] == acc["trims_seen_by_receivers"] > 0
     assert run["metrics"]["trims_fabric"] == located["fabric"]
-    incast = tmp_path / "incast.toml"
-    incast.write_text(
-        ASYMMETRIC.read_text()
-        .replace("leaves = 2", "leaves = 1")
-        .replace("spines = 1", "spines = 0")
-        .replace("hosts_per_leaf = 2", "hosts_per_leaf = 4")
-    )
-    run = run_sim(tmp_path / "incast", str(incast), "--burst")
-    located = run["trims_located"]
-    assert located["host"] == run["accounting"]["trims_seen_by_receivers"] > 0
-    assert located == {"host": located["host"], "unlocated": 0}, "no port faces a switch"
+    assert run["metrics"]["trims_last_hop"] == located["host"]
+    table = (tmp_path / "out" / "table.txt").read_text().splitlines()
+    header, row = table[0], table[2]
+    column = header.index("fabric trims")
+    assert row[column : column + len("fabric trims")].strip() == str(located["fabric"])
     plain = run_sim(tmp_path / "plain", "2to1")
     assert plain["trims_located"] == {} and plain["metrics"]["trims_last_hop"] is None
+
+
+@pytest.mark.parametrize(
+    "placement, burst, trimmed_at", [("interleaved", False, "fabric"), ("packed", True, "host")]
+)
+def test_each_trim_is_located_at_the_role_of_the_port_that_trimmed_it(placement, burst, trimmed_at):
+    """Port by port in virtual time: the trims of the ports facing hosts are exactly the
+    headers receivers counted as last-hop trims, and so for the fabric. Interleaved ranks
+    cross the uplinks; packed ones with the background burst converge on a host downlink."""
+    spec = sim_scaling(load(ASYMMETRIC))
+    config = RunConfig(
+        spec, workload=Workload(steps=3, burst=burst), placement=placement, engine="sim"
+    )
+    fabric_plan = plan(spec)
+    fabric = parse(fabric_plan.controller_description(sim_endpoints(fabric_plan.switches)))
+    delay = LINK_DELAY_S * spec.scaling.time_scale
+    settings = agent_settings(config, fabric_plan, delay)
+    host = HostConfig(endpoint=EndpointConfig(policy=parse_policy(config.policy), **settings))
+    index = {h.name: i for i, h in enumerate(fabric_plan.hosts)}
+    order = [index[h.name] for h in config.rank_hosts(fabric_plan)]
+    cfg = config.training_config(fabric_plan, 0)
+    sim, _, _ = train(cfg, fabric, host, delay_s=delay, placement=order)
+    at_switches = {"host": 0, "fabric": 0}
+    for (switch, port), role in fabric.port_roles().items():
+        at_switches[role] += sim.counters[switch].trims[port]
+    located = {
+        role: sum(h.endpoint.counters[f"rx_trims_{role}"] for h in sim.hosts)
+        for role in ("host", "fabric")
+    }
+    assert located == at_switches and located[trimmed_at] > 0
+    assert sum(h.endpoint.counters["rx_trims_unlocated"] for h in sim.hosts) == 0
 
 
 def test_a_bounded_trim_queue_drops_trims_and_the_run_counts_them(tmp_path):
