@@ -28,6 +28,11 @@ class StepResult:
     forgiven_bytes: int
     budget_bytes: int
     bound_held: bool
+    misclassified: bool = False
+    """The detector's verdict on this step was wrong on purpose (`critical` is the verdict)."""
+    trim_fifths: list[list[int]] | None = None
+    """Per fifth of the step, summed over the receiving ranks: bytes trimmed, of those from
+    gradient flows, and of those forgiven at once (host_agent.endpoint.TRIM_FIELDS)."""
 
 
 @dataclass
@@ -56,6 +61,13 @@ class RunResult:
     """Totals that must add up across hosts and switches (see topologies.collect)."""
     loss: dict[str, Any] | None = None
     """The run's loss record (workload.lossrecord, schema in docs/impact.md); None in older results."""
+    exemption: dict[str, float] = field(default_factory=dict)
+    """Over the flows sent: `exempt_flows` (exempt at least once), `obeyed_again_flows` (of
+    those, obeying congestion control again later), `obeying_again_episodes` and
+    `obeying_again_s` (their number and total time, on the run's clock)."""
+    trimmed_bytes: dict[str, int] = field(default_factory=dict)
+    """Bytes that reached receivers as trimmed headers, from `eligible` (exemption-eligible)
+    flows and from `other` flows."""
 
     @property
     def gradient_bytes(self) -> int:
