@@ -68,6 +68,9 @@ class RunResult:
     trimmed_bytes: dict[str, int] = field(default_factory=dict)
     """Bytes that reached receivers as trimmed headers, from `eligible` (exemption-eligible)
     flows and from `other` flows."""
+    companion: dict[str, Any] | None = None
+    """A second training job that shared the fabric (RunConfig.companion): its own RunResult
+    as JSON, collected from its hosts' records; the switch counters are the fabric's."""
 
     @property
     def gradient_bytes(self) -> int:
