@@ -2,6 +2,10 @@
 
     forgive-ctl apply TOPOLOGY.json [--p4info P] [--device-config J]
     forgive-ctl counters TOPOLOGY.json [--switch s1]
+    forgive-ctl tm-config TOPOLOGY.json [--switch s1]   (Tofino: BF-RT TM settings as JSON)
+
+The P4Info and device config default to the BMv2 build (p4src/build) or, for
+a fabric of Tofino switches, that chip's bf-p4c build (p4src/tna/build).
 
 Any refusal is one line on stderr: exit status 2 for bad input (a description,
 P4Info or device config that does not check out, an unknown --switch), 1 for a
@@ -12,15 +16,17 @@ switch unless the input is valid and every switch answered.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import grpc
 
 from controller import DEVICE_CONFIG, P4INFO
 from controller.client import SwitchUnreachable, WriteFailed
-from controller.fabric_control import FabricController
 from controller.p4info import ConfigError
 from controller.shaping import ShapingFailed
+from controller.tofino import controller_for, tm_config
+from controller.tofino_pipeline import CHIPS, device_config_path, p4info_path
 from controller.topology import load
 from switch_model.surface import PortCounters
 
@@ -38,15 +44,32 @@ def format_counters(switch: str, rows: dict[int, PortCounters]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forgive-ctl", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("apply", "counters"))
+    parser.add_argument("command", choices=("apply", "counters", "tm-config"))
     parser.add_argument("topology")
-    parser.add_argument("--p4info", default=str(P4INFO))
-    parser.add_argument("--device-config", default=str(DEVICE_CONFIG))
-    parser.add_argument("--switch", action="append", help="only these switches (counters)")
+    parser.add_argument("--p4info")
+    parser.add_argument("--device-config")
+    parser.add_argument(
+        "--switch", action="append", help="only these switches (counters, tm-config)"
+    )
     args = parser.parse_args(argv)
     controller = None
     try:
-        controller = FabricController(load(args.topology), args.p4info, args.device_config)
+        fabric = load(args.topology)
+        chip = next(iter({s.target for s in fabric.switches.values()} & set(CHIPS)), None)
+        names = args.switch or sorted(fabric.switches)
+        for name in names:
+            if name not in fabric.switches:
+                raise ConfigError(f"no switch {name} in {args.topology}")
+        if args.command == "tm-config":
+            if chip is None:
+                raise ConfigError("tm-config is for Tofino switches; this fabric has none")
+            print(json.dumps([tm_config(fabric, n, CHIPS[chip]) for n in names], indent=1))
+            return 0
+        controller = controller_for(fabric)(
+            fabric,
+            args.p4info or (p4info_path(chip) if chip else P4INFO),
+            args.device_config or (device_config_path(chip) if chip else DEVICE_CONFIG),
+        )
         if args.command == "apply":
             for name, report in controller.apply().items():
                 print(
@@ -56,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         else:
             controller.connect(write=False)  # reading needs no mastership
-            for name in args.switch or sorted(controller.fabric.switches):
-                if name not in controller.fabric.switches:
-                    raise ConfigError(f"no switch {name} in {args.topology}")
+            for name in names:
                 print(format_counters(name, controller.counters(name)))
     except ConfigError as err:
         print(f"forgive-ctl: {err}", file=sys.stderr)

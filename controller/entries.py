@@ -59,14 +59,19 @@ def port_thresholds(index: P4InfoIndex, port: int, thresholds: Thresholds):
 
 
 def read_port_counters(
-    client: SwitchClient, index: P4InfoIndex, ports: Iterable[int]
+    client: SwitchClient,
+    index: P4InfoIndex,
+    ports: Iterable[int],
+    fields: dict[str, tuple[str | None, str]] = surface.COUNTER_FIELDS,
 ) -> dict[int, PortCounters]:
-    """Every counter of each port in `ports`, in one Read."""
+    """Every counter of each port in `ports`, in one Read. `fields` names the counters
+    and the PortCounters fields they fill; counters filling one field add up (the
+    Tofino program counts drops in ingress and in egress)."""
     ports = sorted(set(ports))
     if not ports:
         return {}
     query = []
-    for name in surface.COUNTERS:
+    for name in fields:
         counter_id = index.counter(name).preamble.id
         for port in ports:
             entity = p4runtime_pb2.Entity()
@@ -79,8 +84,8 @@ def read_port_counters(
         row = values.get(entry.index.index)
         if row is None:
             continue
-        byte_field, packet_field = surface.COUNTER_FIELDS[index.counter_names[entry.counter_id]]
+        byte_field, packet_field = fields[index.counter_names[entry.counter_id]]
         if byte_field is not None:
-            row[byte_field] = entry.data.byte_count
-        row[packet_field] = entry.data.packet_count
+            row[byte_field] = row.get(byte_field, 0) + entry.data.byte_count
+        row[packet_field] = row.get(packet_field, 0) + entry.data.packet_count
     return {port: PortCounters(**row) for port, row in values.items()}

@@ -17,7 +17,10 @@ A description is JSON:
 Every switch port on a link gets the thresholds (with its own overrides from
 "ports") and the queue sizes; links with a rate shape both switch ends. Each
 switch routes every host's /32 along shortest paths, spreading over all
-equal-cost next hops with an ECMP group.
+equal-cost next hops with an ECMP group. A Tofino switch ("target": "tofino" or
+"tofino2") also names, in "deflect_ports", a device port per pipe it uses
+(docs/tofino.md); a description holds one kind of Tofino or BMv2 and model
+switches, not both.
 
 `parse` checks every key of that shape once, before anything reads it: a
 wrong type, an unknown key or a value out of range is a ConfigError naming the
@@ -42,7 +45,9 @@ QUEUE_KEYS = ("low_queue_bytes", "high_queue_bytes")
 DEFAULT_THRESHOLDS = Thresholds(
     data_queue_bytes=4 << 20, ecn_kmin=800_000, ecn_kmax=3_200_000, ecn_pmax=PMAX_ONE
 )
-TARGETS = ("model", "bmv2")
+TOFINO_TARGETS = ("tofino", "tofino2")
+"""Switches running p4src/tna/forgive.p4 under bf_switchd (controller/tofino.py)."""
+TARGETS = ("model", "bmv2", *TOFINO_TARGETS)
 MAX_DEVICE_ID = (1 << 64) - 1
 """P4Runtime's device_id is a uint64."""
 MAX_BYTES = (1 << 32) - 1
@@ -53,7 +58,7 @@ MAX_PORT = 511
 """Ports are bit<9> in forgive.p4."""
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_SWITCH_KEYS = {"target", "grpc", "device_id", "control", "thrift_port"}
+_SWITCH_KEYS = {"target", "grpc", "device_id", "control", "thrift_port", "deflect_ports"}
 _LINK_KEYS = {"a", "b", "rate_bps"}
 
 
@@ -65,6 +70,8 @@ class SwitchSpec:
     device_id: int
     control: str | None = None
     thrift_port: int | None = None
+    deflect_ports: tuple[int, ...] = ()
+    """Tofino: per pipe in use, the device port the TM deflects what it cannot queue to."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +182,24 @@ def _endpoint(text, switches, hosts, where: str) -> tuple[str, int | None]:
     )
 
 
+def tofino_pipe(port: int) -> int:
+    """The pipe a Tofino device port belongs to (bits 8:7, DEVPORT_PIPE in the TNA includes)."""
+    return port >> 7
+
+
+def _deflect_ports(spec: dict, where: str) -> tuple[int, ...]:
+    ports = spec.get("deflect_ports")
+    if not isinstance(ports, list) or not ports:
+        raise ConfigError(
+            f"{where}.deflect_ports: a Tofino switch needs deflect_ports, one device port per pipe"
+        )
+    result = tuple(_int(p, f"{where}.deflect_ports", 0, MAX_PORT) for p in ports)
+    pipes = [tofino_pipe(p) for p in result]
+    if len(set(pipes)) != len(pipes):
+        raise ConfigError(f"{where}.deflect_ports: two deflect ports in one pipe")
+    return result
+
+
 def _switch(name: str, spec, where: str) -> SwitchSpec:
     spec = _object(spec, where, _SWITCH_KEYS)
     target = spec.get("target")
@@ -196,6 +221,7 @@ def _switch(name: str, spec, where: str) -> SwitchSpec:
         _int(spec.get("device_id", 1), f"{where}.device_id", 0, MAX_DEVICE_ID),
         control if target == "model" else None,
         _int(spec["thrift_port"], f"{where}.thrift_port", 1, 65535) if target == "bmv2" else None,
+        _deflect_ports(spec, where) if target in TOFINO_TARGETS else (),
     )
 
 
@@ -238,6 +264,9 @@ def parse(description) -> Fabric:
         switches[name] = switch
     if not switches:
         raise ConfigError("topology has no switches")
+    kinds = {s.target for s in switches.values()}
+    if kinds & set(TOFINO_TARGETS) and len(kinds) > 1:
+        raise ConfigError(f"topology mixes switch targets {sorted(kinds)}: one Tofino kind alone")
     hosts: dict[str, tuple[int, int]] = {}
     owners: dict[tuple[str, int], str] = {}
     for name, spec in _names(_object(description.get("hosts", {}), "hosts"), "hosts").items():
@@ -288,6 +317,13 @@ def parse(description) -> Fabric:
                 fabric.peer_port[node, port] = peer_port
             if rate is not None:
                 rates[node, port] = rate
+    for name, switch in switches.items():
+        for port in fabric.neighbors[name] if switch.target in TOFINO_TARGETS else ():
+            if tofino_pipe(port) not in {tofino_pipe(p) for p in switch.deflect_ports}:
+                raise ConfigError(
+                    f"switches.{name}: port {port} is in pipe {tofino_pipe(port)}, "
+                    "which has no deflect port"
+                )
     overrides: dict[tuple[str, int], dict[str, int]] = {}
     for key, values in _object(description.get("ports", {}), "ports").items():
         where = f"ports.{key}"

@@ -40,7 +40,7 @@ from impact.replicas import SHARDED, Replicas
 from impact.ring import RENORMALISE, TREATMENTS
 from topologies.results import RunResult
 from workload.lossrecord import Layout, LossRecord, LossRecordError
-from workload.train import classify
+from workload.rank import classify
 
 DEFAULT_POLICY = "forgive"
 MAX_LAG = 30

@@ -28,7 +28,7 @@ from impact.experiment import (
     Results,
     training_key,
 )
-from impact.masks import COMPARISONS, NO_LOSS, RECORDED
+from impact.masks import COMPARISONS, NO_LOSS, RECORDED, UNIFORM
 from impact.ring import TREATMENTS
 from topologies.results import range_cell, render_table
 
@@ -86,6 +86,26 @@ def training_table(summary: dict[str, dict[str, list[Any]]]) -> str:
             + [range_cell(row.get(name, []), fmt) for name, _, fmt in TRAINING_COLUMNS]
         )
     return render_table(rows)
+
+
+def shape_lines(results: Results) -> list[str]:
+    """The note's question in one line per treatment: the recorded loss against uniform loss
+    at the same per-step rate, seed by seed."""
+    lines = []
+    for treatment in TREATMENTS:
+        ours = results.trainings.get(training_key(RECORDED, treatment), {})
+        theirs = results.trainings.get(training_key(UNIFORM, treatment), {})
+        seeds = sorted(set(ours) & set(theirs))
+        if not seeds:
+            continue
+        loss = [ours[s]["test_loss"][-1] - theirs[s]["test_loss"][-1] for s in seeds]
+        acc = [100 * (ours[s]["test_accuracy"][-1] - theirs[s]["test_accuracy"][-1]) for s in seeds]
+        lines.append(
+            f"Recorded minus uniform loss at the same rate, same seed, {treatment}: final test loss "
+            f"{range_cell(loss, '{:+.4f}')}, accuracy {range_cell(acc, '{:+.1f}')} pts "
+            f"({len(seeds)} seeds)."
+        )
+    return lines
 
 
 def drift_rows(results: Results) -> dict[str, dict[str, list[float]]]:
@@ -326,6 +346,8 @@ def report_text(results: Results) -> str:
     parts = [
         training_table(summary),
         "",
+        *shape_lines(results),
+        "",
         drift_table(rows),
         "",
         *drift_verdict(rows),
@@ -346,6 +368,7 @@ def write(folder: Path, results: Results) -> str:
         **asdict(results),
         "summary": training_summary(results),
         "drift_table": rows,
+        "shape_verdict": shape_lines(results),
         "drift_verdict": drift_verdict(rows),
         "detector_verdict": detector_lines(results),
     }

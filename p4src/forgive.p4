@@ -31,10 +31,10 @@ register<bit<32>>(NUM_PORTS) low_queue_occupancy;
  *  Parser
  *************************************************************************/
 
-parser MyParser(packet_in packet,
-                out headers_t hdr,
-                inout metadata_t meta,
-                inout standard_metadata_t standard_metadata) {
+parser ForgiveParser(packet_in packet,
+                     out headers_t hdr,
+                     inout metadata_t meta,
+                     inout standard_metadata_t standard_metadata) {
 
     state start {
         packet.extract(hdr.ethernet);
@@ -72,7 +72,7 @@ parser MyParser(packet_in packet,
  *  Checksum verification
  *************************************************************************/
 
-control MyVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+control ForgiveVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         verify_checksum(hdr.ipv4.isValid(),
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
@@ -87,9 +87,9 @@ control MyVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
  *  Ingress: route, then decide queue, trim, drop or ECN mark
  *************************************************************************/
 
-control MyIngress(inout headers_t hdr,
-                  inout metadata_t meta,
-                  inout standard_metadata_t standard_metadata) {
+control ForgiveIngress(inout headers_t hdr,
+                       inout metadata_t meta,
+                       inout standard_metadata_t standard_metadata) {
 
     counter(NUM_PORTS, CounterType.packets) port_ce_marks;
     counter(NUM_PORTS, CounterType.packets) port_trims;
@@ -268,9 +268,9 @@ control MyIngress(inout headers_t hdr,
  *  Egress: release low-queue bytes, count what leaves
  *************************************************************************/
 
-control MyEgress(inout headers_t hdr,
-                 inout metadata_t meta,
-                 inout standard_metadata_t standard_metadata) {
+control ForgiveEgress(inout headers_t hdr,
+                      inout metadata_t meta,
+                      inout standard_metadata_t standard_metadata) {
 
     counter(NUM_PORTS, CounterType.packets_and_bytes) port_tx;
 
@@ -297,7 +297,7 @@ control MyEgress(inout headers_t hdr,
  *  Checksum computation
  *************************************************************************/
 
-control MyComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+control ForgiveComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         update_checksum(hdr.ipv4.isValid(),
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
@@ -312,7 +312,7 @@ control MyComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
  *  Deparser
  *************************************************************************/
 
-control MyDeparser(packet_out packet, in headers_t hdr) {
+control ForgiveDeparser(packet_out packet, in headers_t hdr) {
     apply {
         packet.emit(hdr.ethernet);
         packet.emit(hdr.ipv4);
@@ -322,10 +322,10 @@ control MyDeparser(packet_out packet, in headers_t hdr) {
 }
 
 V1Switch(
-    MyParser(),
-    MyVerifyChecksum(),
-    MyIngress(),
-    MyEgress(),
-    MyComputeChecksum(),
-    MyDeparser()
+    ForgiveParser(),
+    ForgiveVerifyChecksum(),
+    ForgiveIngress(),
+    ForgiveEgress(),
+    ForgiveComputeChecksum(),
+    ForgiveDeparser()
 ) main;

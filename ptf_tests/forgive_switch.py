@@ -1,5 +1,11 @@
 """PTF suite for the FORGIVE switch: one file for every target (test param `target`).
 
+Targets differ by architecture the way fabric-tna's suite handles it: the
+target class says "v1model" or "tna", and the few tests whose expectations
+differ branch on `self.is_tna` (docs/tofino.md): a TNA program gets its own
+control calls (p4rt_tna), counts FCS bytes, and on tofino-model trims what
+--dod-test-mode deflects rather than what a paced queue overflows.
+
 Every test pushes the pipeline afresh (which zeroes registers and counters),
 installs its own entries, sends packets built with the project's scapy FTH
 layer and compares what comes out byte for byte. Tests that need a standing
@@ -21,6 +27,7 @@ from scapy.packet import Packet, Raw
 from host_agent.scapy_layer import FTH
 from host_agent.wire import FORGIVE_UDP_PORT, PACKET_BYTES, TRIMMED_FRAME_LEN, Dscp, Flag, Opcode
 from ptf_tests.p4rt import SwitchSession
+from ptf_tests.p4rt_tna import TnaSwitchSession
 from ptf_tests.targets import PRIO_LOW, TARGETS, Endpoint
 from switch_model.surface import Thresholds
 
@@ -33,6 +40,10 @@ FULL_FRAME = 14 + 20 + 8 + 16 + PACKET_BYTES
 THROTTLED_PPS = 2
 """Low-queue drain rate while a test needs a standing queue: one slot every 0.5 s,
 far longer than the switch takes to take in a burst."""
+FCS_BYTES = 4
+"""Tofino's counters count the frame check sequence; BMv2's and the model's do not."""
+DOD_PERIOD = 10
+"""tofino-model --dod-test-mode deflects every tenth packet sent with deflect_on_drop."""
 
 
 def nhop_mac(port: int) -> str:
@@ -125,8 +136,13 @@ class ForgiveTest(BaseTest):
             grpc_port=int(params["grpc_port"]),
             aux_port=int(params["aux_port"]),
         )
-        self.target = TARGETS[params["target"]](endpoint)
-        self.switch = SwitchSession(endpoint.grpc_addr, params["p4info"], params["device_config"])
+        target = TARGETS[params["target"]]
+        self.target = target(endpoint)
+        self.is_tna = target.arch == "tna"
+        config = (endpoint.grpc_addr, params["p4info"], params["device_config"])
+        self.switch = (
+            TnaSwitchSession(*config, self.target) if self.is_tna else SwitchSession(*config)
+        )
         self.throttled: list[int] = []
         self.pps = THROTTLED_PPS
 
@@ -141,6 +157,32 @@ class ForgiveTest(BaseTest):
             pass
         self.switch.close()
         BaseTest.tearDown(self)
+
+    def needs_paced_queues(self) -> None:
+        """Skip where the target cannot hold a standing queue by draining it slowly."""
+        if self.is_tna:
+            self.skipTest(
+                "tofino-model does not pace queues; DeflectTrimTest covers trimming on TNA"
+            )
+
+    def align_deflections(self, port: int, dst: str) -> None:
+        """On tofino-model, send not-ECT DATA to managed `port` (routed to by `dst`)
+        until --dod-test-mode deflects one: the next DOD_PERIOD - 1 packets sent with
+        deflect_on_drop go through, whatever earlier tests sent."""
+        if not self.is_tna:
+            return
+        for i in range(DOD_PERIOD):
+            pkt = fth_packet(dst, seq=(1 << 30) + i * PACKET_BYTES, ecn=NOT_ECT)
+            self.send(1, pkt)
+            (got,) = self.receive(port, 1)
+            if got == bytes(trimmed(pkt, port)):
+                return
+            self.assertEqual(got, bytes(routed(pkt, port)))
+        self.fail(f"no trimmed header in {DOD_PERIOD} DATA packets")
+
+    def wire_bytes(self, *frames: Packet) -> int:
+        """What port_tx adds for these frames on this target."""
+        return sum(len(f) + (FCS_BYTES if self.is_tna else 0) for f in frames)
 
     def throttle(self, port: int, pps: int = THROTTLED_PPS) -> None:
         self.target.set_queue_rate(port, pps, PRIO_LOW)
@@ -200,8 +242,8 @@ class RoutingTest(ForgiveTest):
         testutils.verify_no_other_packets(self)
 
         c2, c3 = self.switch.port_counters(2), self.switch.port_counters(3)
-        self.assertEqual((c2.tx_packets, c2.tx_bytes), (2, len(wide) + len(icmp)))
-        self.assertEqual((c3.tx_packets, c3.tx_bytes), (1, len(narrow)))
+        self.assertEqual((c2.tx_packets, c2.tx_bytes), (2, self.wire_bytes(wide, icmp)))
+        self.assertEqual((c3.tx_packets, c3.tx_bytes), (1, self.wire_bytes(narrow)))
         self.assertEqual(c2.drops, 1, "the TTL-1 packet counts as a drop at its egress port")
         self.assertEqual((c2.trims, c2.ce_marks), (0, 0))
 
@@ -237,6 +279,7 @@ class EcnMarkingTest(ForgiveTest):
     above ecn_kmax it is marked; not-ECT DATA is never marked."""
 
     def runTest(self) -> None:
+        self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
         s = FULL_FRAME
         self.switch.set_thresholds(2, Thresholds(100 * s, 2 * s, 3 * s, 0))
@@ -267,6 +310,7 @@ class EcnBandTest(ForgiveTest):
     some are not, and the counter agrees with what came out."""
 
     def runTest(self) -> None:
+        self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
         s = FULL_FRAME
         self.switch.set_thresholds(2, Thresholds(100 * s, 0, 4 * s, 65536))
@@ -295,6 +339,7 @@ class TrimPriorityTest(ForgiveTest):
     the high queue; trimmed headers and an ACK overtake the data queued before them."""
 
     def runTest(self) -> None:
+        self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
         s = FULL_FRAME
         self.switch.set_thresholds(2, Thresholds(3 * s, s, 2 * s, 65536))
@@ -325,6 +370,7 @@ class NonFthDropTest(ForgiveTest):
     """A non-FTH packet that does not fit the data queue is dropped, never trimmed."""
 
     def runTest(self) -> None:
+        self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
         s = 1500
         self.switch.set_thresholds(2, Thresholds(3 * s, 0, 0, 65536))
@@ -338,3 +384,67 @@ class NonFthDropTest(ForgiveTest):
         c = self.switch.port_counters(2)
         self.assertEqual((c.tx_packets, c.tx_bytes), (4, 4 * s))
         self.assertEqual((c.drops, c.trims, c.ce_marks), (2, 0, 0))
+
+
+class DepthMarkTest(ForgiveTest):
+    """With ecn_kmin = ecn_kmax = 0 every ECT DATA packet is marked, even into an
+    empty queue; not-ECT DATA and control never are; with thresholds beyond any
+    queue nothing is. Needs no paced queue, so it runs on every target."""
+
+    def runTest(self) -> None:
+        self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
+        self.switch.route("10.0.3.0/24", nhop_mac(3), 3)
+        self.switch.set_thresholds(2, Thresholds(100 * FULL_FRAME, 0, 0, 0))
+        far = 50 * FULL_FRAME
+        self.switch.set_thresholds(3, Thresholds(100 * FULL_FRAME, far, far, 65536))
+        self.align_deflections(2, "10.0.2.9")
+        before = self.switch.port_counters(2).ce_marks
+        sent = [
+            (fth_packet("10.0.2.9", seq=0), 2, True),
+            (fth_packet("10.0.2.9", seq=PACKET_BYTES, ecn=NOT_ECT), 2, False),
+            (fth_packet("10.0.2.9", opcode=Opcode.ACK, payload_len=0), 2, False),
+            (fth_packet("10.0.3.9", seq=0), 3, False),
+        ]
+        for pkt, port, marked in sent:
+            self.send(1, pkt)
+            out = routed(pkt, port)
+            self.expect_sequence(port, [ce_marked(out) if marked else out])
+        testutils.verify_no_other_packets(self)
+        self.assertEqual(self.switch.port_counters(2).ce_marks - before, 1)
+        self.assertEqual(self.switch.port_counters(3).ce_marks, 0)
+
+
+class DeflectTrimTest(ForgiveTest):
+    """tofino-model --dod-test-mode deflects every tenth packet sent with
+    deflect_on_drop (every low-queue packet to a managed port): the deflected
+    DATA leaves its port as its 58-byte trimmed header, deflected non-FTH
+    traffic is dropped and counted, the other nine go through untouched."""
+
+    def runTest(self) -> None:
+        if not self.is_tna:
+            self.skipTest("deflect-on-drop test mode is tofino-model's")
+        self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
+        self.switch.set_thresholds(
+            2, Thresholds(100 * FULL_FRAME, 50 * FULL_FRAME, 50 * FULL_FRAME, 0)
+        )
+        self.align_deflections(2, "10.0.2.9")
+        before = self.switch.port_counters(2)
+        burst = [fth_packet("10.0.2.9", seq=i * PACKET_BYTES) for i in range(DOD_PERIOD)]
+        for pkt in burst:
+            self.send(1, pkt)
+        got = self.receive(2, DOD_PERIOD)
+        expected = [bytes(routed(p, 2)) for p in burst[:-1]] + [bytes(trimmed(burst[-1], 2))]
+        self.assertEqual(sorted(got), sorted(expected))
+        others = [udp_packet("10.0.2.9", 1000, ident=i) for i in range(DOD_PERIOD)]
+        for pkt in others:
+            self.send(1, pkt)
+        self.expect_sequence(2, [routed(p, 2) for p in others[:-1]])
+        testutils.verify_no_other_packets(self)
+        after = self.switch.port_counters(2)
+        self.assertEqual(after.trims - before.trims, 1)
+        self.assertEqual(after.drops - before.drops, 1)
+        self.assertEqual(after.tx_packets - before.tx_packets, 2 * DOD_PERIOD - 1)
+        self.assertEqual(
+            after.tx_bytes - before.tx_bytes,
+            self.wire_bytes(*burst[:-1], trimmed(burst[-1], 2), *others[:-1]),
+        )

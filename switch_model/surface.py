@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 from p4.config.v1 import p4info_pb2
 
-INGRESS = "MyIngress"
-EGRESS = "MyEgress"
+INGRESS = "ForgiveIngress"
+EGRESS = "ForgiveEgress"
 """The program's two controls; every table, action and counter name below is qualified by one."""
 
 LPM_TABLE = f"{INGRESS}.ipv4_lpm"

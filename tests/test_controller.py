@@ -251,7 +251,7 @@ def test_bad_descriptions_are_one_line_errors(tmp_path, capsys):
     }
     parse(good)
     cases = [
-        ({"switches": {"s1": {"target": "tofino", "grpc": "x:1"}}}, "target"),
+        ({"switches": {"s1": {"target": "tofino3", "grpc": "x:1"}}}, "target"),
         ({"hosts": {"h1": {"ip": "10.0.0.300", "mac": "02:00:00:00:00:01"}}}, "bad IPv4"),
         ({"links": [{"a": "h1", "b": "s9:1"}]}, "neither a host"),
         ({"links": [{"a": "h1", "b": "s1:1"}, {"a": "s1:1", "b": "h1"}]}, "two links"),

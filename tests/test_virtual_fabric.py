@@ -10,7 +10,9 @@ import pytest
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
+from topologies.collect import loss_record
 from topologies.virtual import StarFabric, train
+from workload.lossrecord import Layout, LossRecord
 from workload.plan import TrainingConfig
 
 STEPS = 20
@@ -97,3 +99,18 @@ def test_trim_profile_and_exemption_records(forgive_run):
     recvs = [r for r in stats if r["type"] == "flow_recv"]
     assert sum(r["trimmed_bytes"] for r in recvs) > 0
     assert all(r["trimmed_bytes"] >= 0 for r in recvs)
+
+
+def test_virtual_time_writes_the_same_loss_record(forgive_run):
+    _, _, _, records = forgive_run
+    record = loss_record({f"h{i + 1}": recs for i, recs in enumerate(records)})
+    steps = [rec for recs in records for rec in recs if rec["type"] == "train_step"]
+    assert record.layout == Layout.of(JOB) and record.entries
+    assert sum(e.lost_bytes for e in record.entries) == sum(s["grad_forgiven"] for s in steps)
+    assert {r[2] for e in record.entries for r in e.ranges} == {"forgiven"}
+    assert LossRecord.from_json(record.to_json()) == record
+    _, _, _, shed = run("loose", seed=5)
+    shed_record = loss_record({f"h{i + 1}": recs for i, recs in enumerate(shed)})
+    assert {r for e in shed_record.entries for r in e.ranges} == {
+        (0, Layout.of(JOB).chunks[e.chunk][1], "shed") for e in shed_record.entries
+    }
