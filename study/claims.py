@@ -57,10 +57,10 @@ class Claim:
             return "no figure"
         lo, hi = self.note
         if lo is None:
-            return f"< {number(hi)}"  # type: ignore[arg-type]
+            return f"< {hi:.3g}"
         if hi is None:
-            return f"> {number(lo)}"
-        return number(lo) if lo == hi else f"{number(lo)}..{number(hi)}"
+            return f"> {lo:.3g}"
+        return f"{lo:.3g}" if lo == hi else f"{lo:.3g}..{hi:.3g}"
 
 
 def number(x: float) -> str:

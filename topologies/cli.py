@@ -3,6 +3,7 @@
     forgive run      one policy and seed; prints its table, writes a results folder
     forgive compare  several policies times several seeds on the same fabric and workload
     forgive impact   what a results folder's recorded loss does to a real model (impact.cli)
+    forgive study    every result of the FORGIVE note, reproduced beside the note's (study.cli)
 
 Every option is checked before anything starts; a bad one is one line on stderr
 and exit status 2. Results (JSON, table, PNG plots, every host's records and
@@ -17,7 +18,10 @@ import sys
 import time
 from pathlib import Path
 
+from host_agent.core import PROFILES
 from impact import cli as impact_cli
+from study import cli as study_cli
+from topologies.cache import RunCache, link_runs, run_cached
 from topologies.fabric import PRESETS, FabricError, FabricSpec, load, preset, with_scaling
 from topologies.report import write_results
 from topologies.runner import RunConfig, RunError, Workload, run_once
@@ -103,6 +107,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--compute-ms", type=float, default=defaults.compute_s * 1e3, help="at fabric scale"
     )
     parser.add_argument("--detector", default=defaults.detector, help="static or accordion")
+    parser.add_argument(
+        "--dcqcn",
+        default="paper",
+        help=f"DCQCN profile of every host: {' or '.join(PROFILES)} (default paper; docs/dcqcn.md)",
+    )
     parser.add_argument("--burst", action="store_true", help="background burst on step 2")
     parser.add_argument(
         "--placement",
@@ -128,7 +137,9 @@ def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
     )
     fabric = _fabric(args)
     configs = [
-        RunConfig(fabric, args.switch, policy, seed, workload, args.timeout, args.placement)
+        RunConfig(
+            fabric, args.switch, policy, seed, workload, args.timeout, args.placement, args.dcqcn
+        )
         for policy in policies
         for seed in seeds
     ]
@@ -147,6 +158,10 @@ def _describe(config: RunConfig) -> str:
     )
 
 
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forgive", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -158,10 +173,20 @@ def main(argv: list[str] | None = None) -> int:
     _common(cmp_p)
     cmp_p.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     cmp_p.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))
+    cmp_p.add_argument(
+        "--cache",
+        type=Path,
+        metavar="DIR",
+        help="keep runs in this run cache and reuse those it has (forgive study's is results/runs)",
+    )
+    cmp_p.add_argument("--fresh", action="store_true", help="with --cache: rerun cached runs too")
     impact_cli.register(sub)
+    study_cli.register(sub)
     args = parser.parse_args(argv)
     if args.command == "impact":
         return impact_cli.main(args)
+    if args.command == "study":
+        return study_cli.main(args)
     try:
         if args.command == "run":
             policies, seeds = [args.policy], [args.seed]
@@ -178,9 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     print(_describe(configs[0]), file=sys.stderr)
     runs = []
     try:
-        for i, config in enumerate(configs, 1):
-            label = f"[{i}/{len(configs)}] {config.policy} seed {config.seed}"
-            runs.append(run_once(config, out / f"{config.policy}-seed{config.seed}", label))
+        if getattr(args, "cache", None) is not None:
+            cache = RunCache(args.cache)
+            runs = run_cached(configs, cache, run_once, fresh=args.fresh, say=_say)
+            link_runs(out, configs, cache)
+        else:
+            for i, config in enumerate(configs, 1):
+                label = f"[{i}/{len(configs)}] {config.policy} seed {config.seed}"
+                runs.append(run_once(config, out / f"{config.policy}-seed{config.seed}", label))
     except RunError as err:
         print(f"forgive: {err}", file=sys.stderr)
         return 1
