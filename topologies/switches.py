@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +27,9 @@ from mininet.node import Switch
 
 from switch_model import control
 from topologies.processes import stop_process
+
+UNIX_PATH_MAX = 108
+"""Bytes of a Unix socket's path, its terminating NUL included (Linux's sun_path)."""
 
 OFFLOADS = ("tx", "rx", "tso", "gso", "gro")
 _devices = itertools.count(1)
@@ -138,7 +143,12 @@ class ModelSwitch(ForgiveSwitch):
 
     @property
     def control_path(self) -> str:
-        return str(self.log_dir / f"{self.name}.model.sock")
+        """Beside the switch's log, unless that path is too long for a Unix socket (a deep
+        results folder): then in the temporary directory, named for this process."""
+        path = str(self.log_dir / f"{self.name}.model.sock")
+        if len(os.fsencode(path)) < UNIX_PATH_MAX:
+            return path
+        return str(Path(tempfile.gettempdir()) / f"forgive-{os.getpid()}-{self.name}.sock")
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "switch_model.cli", "--name", self.name]
