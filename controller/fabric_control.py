@@ -76,30 +76,7 @@ class FabricController:
             client.close()
 
     def entries(self, switch: str) -> list[p4runtime_pb2.TableEntry]:
-        """The table entries `switch` should hold: thresholds, ECMP members, then routes."""
-        index = self.index
-        result = [
-            entries.port_thresholds(index, port, spec.thresholds)
-            for (name, port), spec in sorted(self.fabric.ports.items())
-            if name == switch
-        ]
-        groups: dict[tuple, int] = {}
-        routes = []
-        for ip, hops in sorted(self.fabric.routes(switch).items()):
-            if not hops:
-                continue
-            if len(hops) == 1:
-                routes.append(entries.route(index, ip, 32, hops[0].dmac, hops[0].port))
-                continue
-            members = tuple(hops)
-            if members not in groups:
-                group = groups[members] = len(groups) + 1
-                result.extend(
-                    entries.ecmp_member(index, group, member, hop.dmac, hop.port)
-                    for member, hop in enumerate(members)
-                )
-            routes.append(entries.ecmp_route(index, ip, 32, groups[members], len(members)))
-        return result + routes
+        return switch_entries(self.fabric, self.index, switch)
 
     def _sync_pipeline(self, client: SwitchClient) -> bool:
         try:
@@ -164,3 +141,32 @@ class FabricController:
         """Per port of `switch` on a link: what its counters hold."""
         ports = [p for (name, p) in self.fabric.ports if name == switch]
         return entries.read_port_counters(self.clients[switch], self.index, ports)
+
+
+def switch_entries(
+    fabric: Fabric, index: P4InfoIndex, switch: str
+) -> list[p4runtime_pb2.TableEntry]:
+    """The table entries `switch` should hold: thresholds, ECMP members, then routes. The
+    simulator installs the same ones, so its switches route and mark as real ones do."""
+    result = [
+        entries.port_thresholds(index, port, spec.thresholds)
+        for (name, port), spec in sorted(fabric.ports.items())
+        if name == switch
+    ]
+    groups: dict[tuple, int] = {}
+    routes = []
+    for ip, hops in sorted(fabric.routes(switch).items()):
+        if not hops:
+            continue
+        if len(hops) == 1:
+            routes.append(entries.route(index, ip, 32, hops[0].dmac, hops[0].port))
+            continue
+        members = tuple(hops)
+        if members not in groups:
+            group = groups[members] = len(groups) + 1
+            result.extend(
+                entries.ecmp_member(index, group, member, hop.dmac, hop.port)
+                for member, hop in enumerate(members)
+            )
+        routes.append(entries.ecmp_route(index, ip, 32, groups[members], len(members)))
+    return result + routes

@@ -4,11 +4,11 @@ fabric description as BMv2 and the model.
 Over P4Runtime (bf_switchd's PI-based server) it installs, idempotently like
 FabricController:
 
-- routes in MyIngress.ipv4_lpm; each ECMP group as a group of next-hop members
-  of the MyIngress.ecmp_profile selector, referenced from MyIngress.ecmp_nhop;
+- routes in ForgiveIngress.ipv4_lpm; each ECMP group as a group of next-hop members
+  of the ForgiveIngress.ecmp_profile selector, referenced from ForgiveIngress.ecmp_nhop;
 - per managed port a clone session that carries trimmed headers back to the
-  port, cut to TRIMMED_FRAME_LEN, and its MyIngress.trim_sessions entry;
-- per managed port the RED ramp in MyEgress.ecn_marking: per band of depths
+  port, cut to TRIMMED_FRAME_LEN, and its ForgiveIngress.trim_sessions entry;
+- per managed port the RED ramp in ForgiveEgress.ecn_marking: per band of depths
   (TM cells), the random draws that mark.
 
 What P4Runtime cannot set (queue priority, the data queue's buffer, port

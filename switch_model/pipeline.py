@@ -1,13 +1,13 @@
 """forgive.p4 in Python, block by block, so that the two read side by side.
 
-`Pipeline` has a method per block of the P4 program: `parse` (MyParser, with
-MyVerifyChecksum's verdict), `ingress` (MyIngress's apply block, in its order),
+`Pipeline` has a method per block of the P4 program: `parse` (ForgiveParser, with
+ForgiveVerifyChecksum's verdict), `ingress` (ForgiveIngress's apply block, in its order),
 the actions `drop`, `set_nhop`, `choose_ecmp_member`, `drop_at_port`,
-`send_high`, `trim`, `mark_ce` and `admit_low`, and `egress` (MyEgress). The
+`send_high`, `trim`, `mark_ce` and `admit_low`, and `egress` (ForgiveEgress). The
 three tables are applied through the `Forwarding` snapshot
 (`switch_model.tables`), whose routes are tagged by the action they run. What
 sits between ingress and egress on a target, the traffic manager, is the
-port model (`switch_model.port`); MyComputeChecksum runs as a frame is handed
+port model (`switch_model.port`); ForgiveComputeChecksum runs as a frame is handed
 to it, since egress rewrites no header. Header offsets and numbers come from
 `host_agent.wire`, which p4src/include/*.p4 mirror.
 
@@ -77,7 +77,7 @@ _TRIMMED = int(Flag.TRIMMED)
 
 
 def ipv4_checksum(frame: bytearray) -> None:
-    """Recompute the IPv4 header checksum in place (MyComputeChecksum, csum16)."""
+    """Recompute the IPv4 header checksum in place (ForgiveComputeChecksum, csum16)."""
     frame[IPV4_CHECKSUM_AT : IPV4_CHECKSUM_AT + 2] = b"\0\0"
     total = sum(_IP_WORDS.unpack_from(frame, IPV4_AT))
     total = (total & 0xFFFF) + (total >> 16)
@@ -86,7 +86,7 @@ def ipv4_checksum(frame: bytearray) -> None:
 
 
 def ipv4_checksum_ok(frame: bytearray) -> bool:
-    """MyVerifyChecksum: csum16 over the 20-byte header as received."""
+    """ForgiveVerifyChecksum: csum16 over the 20-byte header as received."""
     total = sum(_IP_WORDS.unpack_from(frame, IPV4_AT))
     total = (total & 0xFFFF) + (total >> 16)
     total = (total & 0xFFFF) + (total >> 16)
@@ -135,7 +135,7 @@ class Pipeline:
             return self.drop("short frame" if ipv4 or len(frame) < ETH_LEN else "not IPv4")
         return self.ingress(frame, hdr, now)
 
-    # -- MyParser, MyVerifyChecksum -------------------------------------------------
+    # -- ForgiveParser, ForgiveVerifyChecksum -------------------------------------------------
 
     @staticmethod
     def parse(frame: bytearray) -> Headers | None:
@@ -183,7 +183,7 @@ class Pipeline:
             error or not ipv4_checksum_ok(frame),
         )
 
-    # -- MyIngress ------------------------------------------------------------------
+    # -- ForgiveIngress ------------------------------------------------------------------
 
     def ingress(self, frame: bytearray, hdr: Headers, now: float) -> EgressPort | None:
         """The apply block: route, then drop, queue high, trim, mark or admit low."""
@@ -278,13 +278,13 @@ class Pipeline:
     def _enqueue(
         self, frame: bytearray, received: int, egress: EgressPort, high: bool, now: float
     ) -> EgressPort | None:
-        """MyComputeChecksum, then the traffic manager: a queue whose buffer is full drops."""
+        """ForgiveComputeChecksum, then the traffic manager: a queue whose buffer is full drops."""
         ipv4_checksum(frame)
         if egress.enqueue(frame, received, high, now):
             return egress
         return self.drop_at_port(egress.number, "buffer full")
 
-    # -- MyEgress -------------------------------------------------------------------
+    # -- ForgiveEgress -------------------------------------------------------------------
 
     def egress(self, port: int, received: int) -> None:
         """port_tx for a frame leaving `port`, in bytes as received (BMv2's counters do the

@@ -213,12 +213,12 @@ def test_apply_installs_the_tna_surface_and_is_idempotent(switches) -> None:
         # s1: ports 1-3 managed; h2 over a 2-member group; h1 direct
         assert kinds(store1) == {
             "packet_replication_engine_entry": 3,
-            "MyIngress.trim_sessions": 3,
-            "MyEgress.ecn_marking": 3 * bands,
+            "ForgiveIngress.trim_sessions": 3,
+            "ForgiveEgress.ecn_marking": 3 * bands,
             "action_profile_member": 2,
             "action_profile_group": 1,
-            "MyIngress.ecmp_nhop": 1,
-            "MyIngress.ipv4_lpm": 2,
+            "ForgiveIngress.ecmp_nhop": 1,
+            "ForgiveIngress.ipv4_lpm": 2,
         }
         assert first["s1"].pipeline_pushed and first["s1"].inserted == sum(kinds(store1).values())
         assert first["s2"].inserted == sum(kinds(store2).values())
@@ -274,7 +274,7 @@ def test_changes_and_removals_are_written_in_an_order_a_switch_accepts(switches)
         shrunk.apply()
         assert "action_profile_group" not in kinds(store1)
         assert "action_profile_member" not in kinds(store1)
-        assert kinds(store1)["MyIngress.ipv4_lpm"] == 1
+        assert kinds(store1)["ForgiveIngress.ipv4_lpm"] == 1
         last = store1.writes[-3:]
         # the route and the group's entry go before the group, the group before its members
         assert [{kind for _, kind in batch} for batch in last] == [
@@ -292,10 +292,10 @@ def test_counters_add_drops_from_both_pipes(switches) -> None:
     try:
         ctl.apply()
         ids = {c.preamble.name: c.preamble.id for c in store1.p4info.counters}
-        store1.counters[ids["MyIngress.port_drops"], 2] = (3, 0)
-        store1.counters[ids["MyEgress.port_drops"], 2] = (4, 0)
-        store1.counters[ids["MyEgress.port_trims"], 2] = (5, 0)
-        store1.counters[ids["MyEgress.port_tx"], 2] = (9, 9000)
+        store1.counters[ids["ForgiveIngress.port_drops"], 2] = (3, 0)
+        store1.counters[ids["ForgiveEgress.port_drops"], 2] = (4, 0)
+        store1.counters[ids["ForgiveEgress.port_trims"], 2] = (5, 0)
+        store1.counters[ids["ForgiveEgress.port_tx"], 2] = (9, 9000)
         rows = ctl.counters("s1")
         assert rows[2] == PortCounters(tx_packets=9, tx_bytes=9000, trims=5, drops=7)
         assert sorted(rows) == [1, 2, 3]
@@ -322,7 +322,7 @@ def test_tofino2_entries_use_its_narrower_mirror_session_ids(tmp_path) -> None:
     fabric = parse(description("127.0.0.1:1", "127.0.0.1:2", "tofino2"))
     ctl = TofinoFabricController(fabric, info, config)
     assert ctl.trim_sessions("s1") == {1: 1, 2: 2, 3: 3}
-    (session_param,) = ctl.index.actions["MyIngress.set_trim_session"].params
+    (session_param,) = ctl.index.actions["ForgiveIngress.set_trim_session"].params
     assert session_param.bitwidth == 8
     ctl.close()
 

@@ -205,7 +205,7 @@ def test_bad_run_options_are_one_line_naming_the_option(
     def started(*_):
         raise AssertionError("a run started")
 
-    monkeypatch.setattr(cli, "run_once", started)
+    monkeypatch.setattr(cli, "run_all", started)
     paths = files(tmp_path)
     args = [paths.get(a, a) for a in args]
     assert cli.main(["run", *args]) == 2

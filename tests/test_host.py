@@ -17,7 +17,7 @@ from host_agent.host import Host, HostConfig
 from host_agent.policies import parse_policy
 from host_agent.stats import StatsLog
 from host_agent.wire import Dscp, Flag, Fth, Opcode, decode
-from topologies.virtual import StarFabric, VirtualFabric
+from topologies.virtual import VirtualFabric, host_ports, star
 from workload.plan import Kind, TrainingConfig, flow_id
 from workload.rank import Rank
 
@@ -265,18 +265,20 @@ def test_a_flow_nobody_acknowledges_fails_once_and_stops():
 
 def test_a_rank_whose_peer_never_answers_fails_with_a_reason():
     """Rank 1 has a host but no training loop: its receiver knows none of rank 0's flows."""
-    fabric = StarFabric(hosts=2)
+    fabric = star(hosts=2)
+    ips = [h.ip for h in host_ports(fabric)]
     host = HostConfig(
         endpoint=EndpointConfig(
             policy=parse_policy("forgive"), rto=1e-3, rto_max=4e-3, max_timeouts=3
         )
     )
-    sim = VirtualFabric(fabric, host)
-    cfg = TrainingConfig(ranks=(fabric.ip(0), fabric.ip(1)), rank=0, steps=2)
+    sim = VirtualFabric(fabric, host, delay_s=2e-6)
+    cfg = TrainingConfig(ranks=(ips[0], ips[1]), rank=0, steps=2)
     out = io.StringIO()
     rank = Rank(cfg, sim.hosts[0].endpoint, out)
     sim.apps[0].append(rank)
     rank.start(0.0)
+    sim.start()
     sim.run(lambda: rank.finished, limit_s=5.0)
     assert rank.failed and rank.failure is not None
     assert rank.failure.startswith(f"flow {flow_id(0, Kind.BARRIER, 0, 1)} to 10.0.0.2 failed: ")

@@ -117,3 +117,23 @@ def test_chunk_bounds_tile_the_buffer(total, n):
     assert bounds[0][0] == 0 and sum(size for _, size in bounds) == total
     for (off, size), (nxt, _) in itertools.pairwise(bounds):
         assert off + size == nxt
+
+
+def test_tensor_parallel_groups_all_to_all_within_themselves():
+    from workload.plan import Kind, compute_messages
+
+    cfg = TrainingConfig(
+        ranks=tuple(f"10.0.0.{i + 1}" for i in range(16)), rank=0, tp_group=8, pp_bytes=0
+    )
+    sends = {src: compute_messages(cfg, 1, src) for src in range(16)}
+    for src, msgs in sends.items():
+        group = range(src - src % 8, src - src % 8 + 8)
+        assert sorted(m.dst for m in msgs) == [r for r in group if r != src]
+        assert all(m.kind == Kind.TENSOR_PARALLEL and m.size == cfg.tp_bytes for m in msgs)
+    for dst in range(16):
+        senders = [m.src for msgs in sends.values() for m in msgs if m.dst == dst]
+        assert len(senders) == 7, "seven senders converge on every receiving rank"
+    flows = [m.flow for msgs in sends.values() for m in msgs]
+    assert len(set(flows)) == len(flows)
+    pair = TrainingConfig(ranks=cfg.ranks, rank=0)
+    assert next((m.src, m.dst) for m in compute_messages(pair, 1, 5)) == (5, 4)

@@ -69,17 +69,19 @@ def test_routes_groups_and_thresholds_are_what_a_switch_accepts(session) -> None
     bands = ecn_bands((100 * FRAME, 2 * FRAME, 6 * FRAME, 65536), target.chip)
     tables = {t.preamble.id: t.preamble.name for t in store.p4info.tables}
     names = [tables[e.table_entry.table_id] for e in of_kind(store, "table_entry")]
-    assert names.count("MyEgress.ecn_marking") == len(bands)
-    assert names.count("MyIngress.trim_sessions") == 1
-    assert names.count("MyIngress.ecmp_nhop") == 1 and names.count("MyIngress.ipv4_lpm") == 2
+    assert names.count("ForgiveEgress.ecn_marking") == len(bands)
+    assert names.count("ForgiveIngress.trim_sessions") == 1
+    assert (
+        names.count("ForgiveIngress.ecmp_nhop") == 1 and names.count("ForgiveIngress.ipv4_lpm") == 2
+    )
     assert target.data_queues == {2: 100 * FRAME}
 
 
 def test_drops_add_the_ingress_and_egress_counters(session) -> None:
     switch, store, _ = session
     ids = {c.preamble.name: c.preamble.id for c in store.p4info.counters}
-    store.counters[ids["MyIngress.port_drops"], 3] = (2, 0)
-    store.counters[ids["MyEgress.port_drops"], 3] = (5, 0)
-    store.counters[ids["MyEgress.port_tx"], 3] = (4, 4 * 62)
+    store.counters[ids["ForgiveIngress.port_drops"], 3] = (2, 0)
+    store.counters[ids["ForgiveEgress.port_drops"], 3] = (5, 0)
+    store.counters[ids["ForgiveEgress.port_tx"], 3] = (4, 4 * 62)
     counters = switch.port_counters(3)
     assert (counters.drops, counters.tx_packets, counters.tx_bytes) == (7, 4, 248)

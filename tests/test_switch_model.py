@@ -338,4 +338,4 @@ def test_frames_lost_in_the_socket_buffer_are_counted(rig):
     assert 0 < lost < sent
     assert stats["rx_frames"] + lost == sent
     assert stats["ports"]["1"]["socket_drops"] == lost
-    assert rig.counter("MyEgress.port_tx", 2)[0] == stats["rx_frames"]
+    assert rig.counter("ForgiveEgress.port_tx", 2)[0] == stats["rx_frames"]

@@ -24,47 +24,47 @@ _Match = p4info_pb2.MatchField
 _P = p4info_pb2.P4Ids
 
 ACTIONS = {
-    "MyIngress.set_nhop": [("dmac", 48), ("port", 9)],
-    "MyIngress.set_ecmp_group": [("group_id", 16)],
-    "MyIngress.drop": [],
-    "MyIngress.set_trim_session": [("session", None)],
-    "MyEgress.mark_ce": [],
+    "ForgiveIngress.set_nhop": [("dmac", 48), ("port", 9)],
+    "ForgiveIngress.set_ecmp_group": [("group_id", 16)],
+    "ForgiveIngress.drop": [],
+    "ForgiveIngress.set_trim_session": [("session", None)],
+    "ForgiveEgress.mark_ce": [],
     "NoAction": [],
 }
 TABLES = {
-    "MyIngress.ipv4_lpm": (
+    "ForgiveIngress.ipv4_lpm": (
         [("hdr.ipv4.dstAddr", 32, _Match.LPM)],
-        ["MyIngress.set_nhop", "MyIngress.set_ecmp_group", "MyIngress.drop"],
+        ["ForgiveIngress.set_nhop", "ForgiveIngress.set_ecmp_group", "ForgiveIngress.drop"],
         1024,
     ),
-    "MyIngress.ecmp_nhop": (
+    "ForgiveIngress.ecmp_nhop": (
         [("meta.ecmp_group_id", 16, _Match.EXACT)],
-        ["MyIngress.set_nhop", "MyIngress.drop"],
+        ["ForgiveIngress.set_nhop", "ForgiveIngress.drop"],
         1024,
     ),
-    "MyIngress.trim_sessions": (
+    "ForgiveIngress.trim_sessions": (
         [("egress_port", 9, _Match.EXACT)],
-        ["MyIngress.set_trim_session", "NoAction"],
+        ["ForgiveIngress.set_trim_session", "NoAction"],
         512,
     ),
-    "MyEgress.ecn_marking": (
+    "ForgiveEgress.ecn_marking": (
         [
             ("egress_port", 9, _Match.EXACT),
             ("enq_qdepth", 19, _Match.RANGE),
             ("mark_draw", 16, _Match.RANGE),
         ],
-        ["MyEgress.mark_ce", "NoAction"],
+        ["ForgiveEgress.mark_ce", "NoAction"],
         2304,
     ),
 }
 COUNTERS = {
-    "MyIngress.port_drops": p4info_pb2.CounterSpec.PACKETS,
-    "MyEgress.port_tx": p4info_pb2.CounterSpec.BOTH,
-    "MyEgress.port_ce_marks": p4info_pb2.CounterSpec.PACKETS,
-    "MyEgress.port_trims": p4info_pb2.CounterSpec.PACKETS,
-    "MyEgress.port_drops": p4info_pb2.CounterSpec.PACKETS,
+    "ForgiveIngress.port_drops": p4info_pb2.CounterSpec.PACKETS,
+    "ForgiveEgress.port_tx": p4info_pb2.CounterSpec.BOTH,
+    "ForgiveEgress.port_ce_marks": p4info_pb2.CounterSpec.PACKETS,
+    "ForgiveEgress.port_trims": p4info_pb2.CounterSpec.PACKETS,
+    "ForgiveEgress.port_drops": p4info_pb2.CounterSpec.PACKETS,
 }
-PROFILE = ("MyIngress.ecmp_profile", 4096, 64, "MyIngress.ecmp_nhop")
+PROFILE = ("ForgiveIngress.ecmp_profile", 4096, 64, "ForgiveIngress.ecmp_nhop")
 
 
 def committed(target: str) -> Path:

@@ -16,6 +16,7 @@ import argparse
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from host_agent.core import PROFILES
@@ -24,8 +25,10 @@ from study import cli as study_cli
 from topologies.cache import RunCache, link_runs, run_cached
 from topologies.fabric import PRESETS, FabricError, FabricSpec, load, preset, with_scaling
 from topologies.report import write_results
-from topologies.runner import RunConfig, RunError, Workload, run_once
+from topologies.runner import ENGINES, JOBS, RunConfig, RunError
 from topologies.scaling import Scaling, ScalingError
+from topologies.simulated import sim_scaling
+from topologies.sweep import run_all, run_one
 
 DEFAULT_POLICIES = ("tight", "forgive", "dcqcn", "shed")
 DEFAULT_SEEDS = (1, 2)
@@ -54,7 +57,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
             )
 
 
-def _fabric(args: argparse.Namespace) -> FabricSpec:
+def _fabric(args: argparse.Namespace, engine: str = "mininet") -> FabricSpec:
     name = args.fabric
     spec = load(name) if Path(name).suffix.lower() == ".toml" else preset(name)
     given = [
@@ -65,6 +68,11 @@ def _fabric(args: argparse.Namespace) -> FabricSpec:
         )
         if value is not None
     ]
+    if engine == "sim":
+        try:
+            return sim_scaling(spec, args.host_link_mbps, args.byte_scale)
+        except (ScalingError, FabricError) as err:
+            raise FabricError(f"{' '.join(given) or 'simulator scaling'}: {err}") from None
     if not given:
         return spec
     try:
@@ -87,24 +95,34 @@ def _seeds(text: str) -> list[int]:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    defaults = Workload()
+    defaults = JOBS["default"]
+    parser.add_argument(
+        "--engine",
+        default="mininet",
+        help="mininet (default: real processes on an emulated fabric, root) or sim (virtual time)",
+    )
     parser.add_argument(
         "--fabric",
         default="2to1",
         help=f"a preset ({', '.join(PRESETS)}) or a fabric file (.toml); default 2to1",
     )
     parser.add_argument("--switch", default="model", help="model (default) or bmv2")
-    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument(
+        "--job",
+        default="default",
+        help=f"the training job's shape: {', '.join(JOBS)} (default); the options below override",
+    )
+    parser.add_argument("--steps", type=int, help=f"default {defaults.steps}")
     parser.add_argument(
         "--grad-mib",
         type=float,
-        default=defaults.grad_bytes / 2**20,
         help="gradient MiB per rank per step at fabric scale (default 64)",
     )
-    parser.add_argument("--tp-mib", type=float, default=defaults.tp_bytes / 2**20)
-    parser.add_argument("--pp-mib", type=float, default=defaults.pp_bytes / 2**20)
+    parser.add_argument("--tp-mib", type=float, help="to each tensor-parallel peer (16)")
+    parser.add_argument("--tp-group", type=int, help="ranks per tensor-parallel group (2)")
+    parser.add_argument("--pp-mib", type=float, help=f"default {defaults.pp_bytes / 2**20:g}")
     parser.add_argument(
-        "--compute-ms", type=float, default=defaults.compute_s * 1e3, help="at fabric scale"
+        "--compute-ms", type=float, help=f"at fabric scale (default {defaults.compute_s * 1e3:g})"
     )
     parser.add_argument("--detector", default=defaults.detector, help="static or accordion")
     parser.add_argument(
@@ -118,27 +136,57 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default="interleaved",
         help="ranks to hosts: interleaved (alternate leaves, default) or packed",
     )
-    parser.add_argument("--host-link-mbps", type=float, help="emulated host link rate")
-    parser.add_argument("--byte-scale", type=float, help="divide every byte quantity by this")
+    parser.add_argument(
+        "--host-link-mbps",
+        type=float,
+        help="host link rate (emulation default 20; the simulator runs the fabric's own)",
+    )
+    parser.add_argument(
+        "--byte-scale",
+        type=float,
+        help="divide every byte quantity by this (default 64)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="per run, s")
     parser.add_argument("--out", type=Path, help="results folder")
 
 
-def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
-    _check_numbers(args)
-    workload = Workload(
-        steps=args.steps,
-        grad_bytes=round(args.grad_mib * 2**20),
-        tp_bytes=round(args.tp_mib * 2**20),
-        pp_bytes=round(args.pp_mib * 2**20),
-        compute_s=args.compute_ms / 1e3,
+def _workload(args: argparse.Namespace):
+    """The named job with every size given on the command line put in its place."""
+    if args.job not in JOBS:
+        raise RunError(f"--job must be one of {', '.join(JOBS)}, got {args.job!r}")
+    given = {
+        "steps": args.steps,
+        "grad_bytes": None if args.grad_mib is None else round(args.grad_mib * 2**20),
+        "tp_bytes": None if args.tp_mib is None else round(args.tp_mib * 2**20),
+        "tp_group": args.tp_group,
+        "pp_bytes": None if args.pp_mib is None else round(args.pp_mib * 2**20),
+        "compute_s": None if args.compute_ms is None else args.compute_ms / 1e3,
+    }
+    return replace(
+        JOBS[args.job],
         detector=args.detector,
         burst=args.burst,
+        **{k: v for k, v in given.items() if v is not None},
     )
-    fabric = _fabric(args)
+
+
+def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
+    if args.engine not in ENGINES:
+        raise RunError(f"--engine must be one of {', '.join(ENGINES)}, got {args.engine!r}")
+    _check_numbers(args)
+    workload = _workload(args)
+    fabric = _fabric(args, args.engine)
     configs = [
         RunConfig(
-            fabric, args.switch, policy, seed, workload, args.timeout, args.placement, args.dcqcn
+            fabric,
+            args.switch,
+            policy,
+            seed,
+            workload,
+            args.timeout,
+            args.placement,
+            engine=args.engine,
+            dcqcn=args.dcqcn,
         )
         for policy in policies
         for seed in seeds
@@ -154,7 +202,8 @@ def _describe(config: RunConfig) -> str:
         f"fabric {fabric.name}: {fabric.leaves} leaves, {fabric.spines} spines, "
         f"{fabric.hosts_per_leaf} hosts per leaf, {fabric.oversubscription:g}:1; "
         f"host links {sc.host_link_bps / 1e6:g} Mbit/s for {fabric.host_link_gbps:g} Gbit/s, "
-        f"bytes / {sc.byte_scale:g}, time x {sc.time_scale:g}; switch {config.switch}"
+        f"bytes / {sc.byte_scale:g}, time x {sc.time_scale:g}; switch {config.switch}, "
+        f"engine {config.engine}"
     )
 
 
@@ -180,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         help="keep runs in this run cache and reuse those it has (forgive study's is results/runs)",
     )
     cmp_p.add_argument("--fresh", action="store_true", help="with --cache: rerun cached runs too")
+    cmp_p.add_argument(
+        "--workers", type=int, default=1, help="runs in parallel processes (--engine sim)"
+    )
+    cmp_p.add_argument(
+        "--dask", metavar="ADDRESS", help="run on this Dask scheduler (--engine sim)"
+    )
     impact_cli.register(sub)
     study_cli.register(sub)
     args = parser.parse_args(argv)
@@ -196,21 +251,25 @@ def main(argv: list[str] | None = None) -> int:
             if not policies or not seeds:
                 raise RunError("--policies and --seeds need at least one entry each")
         configs = _configs(args, policies, seeds)
+        workers, dask = getattr(args, "workers", 1), getattr(args, "dask", None)
+        if workers < 1:
+            raise RunError(f"--workers must be >= 1, got {workers}")
+        if (workers > 1 or dask) and args.engine != "sim":
+            raise RunError("--workers and --dask need --engine sim (emulations share one host)")
+        if dask and getattr(args, "cache", None) is not None:
+            raise RunError("--cache keeps runs on this machine: it does not go with --dask")
     except (FabricError, RunError) as err:
         print(f"forgive: {err}", file=sys.stderr)
         return 2
     out = args.out or Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{configs[0].fabric.name}"
     print(_describe(configs[0]), file=sys.stderr)
-    runs = []
     try:
         if getattr(args, "cache", None) is not None:
             cache = RunCache(args.cache)
-            runs = run_cached(configs, cache, run_once, fresh=args.fresh, say=_say)
+            runs = run_cached(configs, cache, run_one, fresh=args.fresh, workers=workers, say=_say)
             link_runs(out, configs, cache)
         else:
-            for i, config in enumerate(configs, 1):
-                label = f"[{i}/{len(configs)}] {config.policy} seed {config.seed}"
-                runs.append(run_once(config, out / f"{config.policy}-seed{config.seed}", label))
+            runs = run_all(configs, out, workers=workers, dask=dask)
     except RunError as err:
         print(f"forgive: {err}", file=sys.stderr)
         return 1

@@ -80,6 +80,10 @@ PRESETS: dict[str, FabricSpec] = {
     "4to1": FabricSpec("4to1", leaves=2, spines=1, hosts_per_leaf=4),
     # Every host on one switch: the many-to-one burst converges on one egress port.
     "incast": FabricSpec("incast", leaves=1, spines=0, hosts_per_leaf=6),
+    # The note's own fabrics: 64 ranks on 8 leaves of 8 hosts, 8, 4 or 2 spines per leaf.
+    "note-1to1": FabricSpec("note-1to1", leaves=8, spines=8, hosts_per_leaf=8),
+    "note-2to1": FabricSpec("note-2to1", leaves=8, spines=4, hosts_per_leaf=8),
+    "note-4to1": FabricSpec("note-4to1", leaves=8, spines=2, hosts_per_leaf=8),
 }
 
 

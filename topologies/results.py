@@ -8,6 +8,7 @@ rerunning anything. `topologies.report` writes and reads that folder.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -121,11 +122,27 @@ def _pct(part: float, whole: float) -> float:
 
 # -- comparison -------------------------------------------------------------------
 
+
+def _duration(decimals: int) -> str:
+    """A format marker: at least `decimals` decimals and three significant digits, so that a
+    simulated run's milliseconds read as clearly as an emulated run's seconds."""
+    return f"duration:{decimals}"
+
+
+def _format(fmt: str, value: Any) -> str:
+    if fmt.startswith("duration:"):
+        decimals = int(fmt.partition(":")[2])
+        if value:
+            decimals = max(decimals, 2 - math.floor(math.log10(abs(value))))
+        return f"{value:.{decimals}f}"
+    return fmt.format(value)
+
+
 COLUMNS = [
-    ("training_time_s", "train s", "{:.2f}"),
+    ("training_time_s", "train s", _duration(2)),
     ("time_vs_tight_pct", "vs tight %", "{:+.1f}"),
-    ("allreduce_critical_ms", "AR crit ms", "{:.0f}"),
-    ("allreduce_noncritical_ms", "AR non-crit ms", "{:.0f}"),
+    ("allreduce_critical_ms", "AR crit ms", _duration(0)),
+    ("allreduce_noncritical_ms", "AR non-crit ms", _duration(0)),
     ("forgiven_pct", "forgiven %", "{:.2f}"),
     ("retransmitted_pct", "retx %", "{:.2f}"),
     ("trim_rate_pct", "trim %", "{:.2f}"),
@@ -133,7 +150,7 @@ COLUMNS = [
     ("cnps", "CNPs", "{:.0f}"),
     ("rtos", "RTOs", "{:.0f}"),
     ("toggles_per_exempt_flow", "toggles/flow", "{:.2f}"),
-    ("tp_completion_ms", "TP ms", "{:.0f}"),
+    ("tp_completion_ms", "TP ms", _duration(0)),
     ("bound_held", "bound held", "{}"),
 ]
 
@@ -164,9 +181,9 @@ def range_cell(values: list[Any], fmt: str) -> str:
     if isinstance(present[0], bool):
         return "yes" if all(present) else f"no ({present.count(False)})"
     lo, hi = min(present), max(present)
-    if len(present) == 1 or fmt.format(lo) == fmt.format(hi):
-        return fmt.format(lo)
-    return f"{fmt.format(lo)}..{fmt.format(hi)}"
+    if len(present) == 1 or _format(fmt, lo) == _format(fmt, hi):
+        return _format(fmt, lo)
+    return f"{_format(fmt, lo)}..{_format(fmt, hi)}"
 
 
 def render_table(rows: Sequence[Sequence[str]]) -> str:

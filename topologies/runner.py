@@ -43,6 +43,8 @@ MTU = 9000
 SAMPLE_EVERY_S = 0.5
 TARGETS = ("model", "bmv2")
 PLACEMENTS = ("interleaved", "packed")
+ENGINES = ("mininet", "sim")
+"""Where a run happens: Mininet and real processes (root), or virtual time (topologies.simulated)."""
 
 
 class RunError(RuntimeError):
@@ -57,6 +59,8 @@ class Workload:
     grad_bytes: int = 64 << 20
     """Gradient bytes each rank all-reduces per step."""
     tp_bytes: int = 16 << 20
+    """Bytes each rank sends to every other member of its tensor-parallel group."""
+    tp_group: int = 2
     pp_bytes: int = 4 << 20
     compute_s: float = 0.5e-3
     detector: str = "static"
@@ -64,6 +68,16 @@ class Workload:
     """A background burst (class other) from the last rank to rank 0 on step 2."""
     misclassify: tuple[int, ...] = ()
     """Steps the detector gets wrong on purpose (TrainingConfig.misclassify)."""
+
+
+JOBS: dict[str, Workload] = {
+    "default": Workload(),
+    # The note's job: tensor-parallel groups of 8 whose all-to-all makes seven senders
+    # converge on every receiving link (7 x 54 MiB, three quarters of the bytes), beside the
+    # ring all-reduce of 64 MiB gradients (2 x 63/64 x 64 MiB, the quarter that is eligible).
+    "note": Workload(grad_bytes=64 << 20, tp_bytes=54 << 20, tp_group=8, pp_bytes=0),
+}
+"""Named training jobs at fabric scale (`--job`); single options override their sizes."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,7 @@ class RunConfig:
     """Ranks to hosts: 'interleaved' alternates leaves, so ring, TP and PP neighbours sit
     on different leaves and cross the (oversubscribed) uplinks; 'packed' fills one leaf
     after another, which keeps most of the ring inside a leaf."""
+    engine: str = "mininet"
     dcqcn: str = "paper"
     """The DCQCN profile every host runs (host_agent.core.dcqcn)."""
     companion: str | None = None
@@ -86,8 +101,12 @@ class RunConfig:
 
     def validate(self) -> None:
         """Refuse a bad configuration before anything is started (one-line RunError)."""
+        if self.engine not in ENGINES:
+            raise RunError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.switch not in TARGETS:
             raise RunError(f"--switch must be one of {', '.join(TARGETS)}, got {self.switch!r}")
+        if self.engine == "sim" and self.switch != "model":
+            raise RunError("--engine sim runs the switch model's pipeline: use --switch model")
         if self.placement not in PLACEMENTS:
             raise RunError(
                 f"--placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
@@ -104,7 +123,7 @@ class RunConfig:
                 self.training_config(plan(self.fabric), rank=0, job=job).validate()
         except ValueError as err:
             raise RunError(str(err)) from None
-        if self.switch == "bmv2":
+        if self.switch == "bmv2" and self.engine == "mininet":
             from topologies.switches import Bmv2Switch
 
             reason = Bmv2Switch.missing()
@@ -124,6 +143,7 @@ class RunConfig:
             grad_bytes=sc.size(wl.grad_bytes),
             compute_s=sc.duration(wl.compute_s),
             tp_bytes=sc.size(wl.tp_bytes) if wl.tp_bytes else 0,
+            tp_group=wl.tp_group,
             pp_bytes=sc.size(wl.pp_bytes) if wl.pp_bytes else 0,
             detector=wl.detector,
             burst_step=2 if wl.burst else None,
@@ -466,18 +486,31 @@ def _trainer_command(
 ) -> list[str]:
     policy, hosts = config.jobs(fabric_plan)[job]
     host = hosts[rank]
-    sc = config.fabric.scaling
     cfg = config.training_config(fabric_plan, rank, job)
+    agent = agent_settings(config, fabric_plan)
     cmd = [sys.executable, "-m", "workload.train", "--iface", f"{host.name}-eth0"]
-    cmd += ["--policy", policy, "--dcqcn", config.dcqcn]
-    cmd += ["--line-rate", str(sc.rate(config.fabric.host_link_gbps * 1e9))]
-    cmd += ["--time-scale", str(sc.time_scale)]
-    rto = initial_rto(fabric_plan)
-    cmd += ["--rto", f"{rto:.6f}", "--rto-max", f"{10 * rto:.6f}"]
+    cmd += ["--policy", policy, "--dcqcn", agent["dcqcn"]]
+    cmd += ["--line-rate", str(agent["line_rate_bps"])]
+    cmd += ["--time-scale", str(agent["time_scale"])]
+    cmd += ["--rto", f"{agent['rto']:.6f}", "--rto-max", f"{agent['rto_max']:.6f}"]
     cmd += ["--gateway-mac", _mac_text(switch_port_mac(host.leaf, host.port))]
     cmd += ["--stats", str(stats_files[host.name]), "--out", str(train_files[host.name])]
     cmd += ["--timeout", str(config.timeout_s), "--config", cfg.to_json()]
     return cmd
+
+
+def agent_settings(config: RunConfig, fabric_plan: Plan) -> dict[str, Any]:
+    """Every host's NIC rate, timer stretch, timeouts and DCQCN profile (EndpointConfig
+    fields), whichever engine runs it."""
+    sc = config.fabric.scaling
+    rto = initial_rto(fabric_plan)
+    return {
+        "line_rate_bps": sc.rate(config.fabric.host_link_gbps * 1e9),
+        "time_scale": sc.time_scale,
+        "rto": rto,
+        "rto_max": 10 * rto,
+        "dcqcn": config.dcqcn,
+    }
 
 
 def initial_rto(fabric_plan: Plan) -> float:

@@ -51,7 +51,10 @@ class TrainingConfig:
     compute_s: float = field(default=0.005, metadata={"flag": "--compute-ms", "scale": 1e-3})
     """Length of each step's compute phase, which carries the TP and PP traffic."""
     tp_bytes: int = 256 << 10
-    """Bytes each rank exchanges with its tensor-parallel partner (rank ^ 1) per step; 0: none."""
+    """Bytes each rank sends to every other member of its tensor-parallel group per step; 0: none."""
+    tp_group: int = 2
+    """Ranks per tensor-parallel group (consecutive ranks; the last group may be smaller). The
+    group all-to-alls during the compute phase; at 2 that is an exchange with rank ^ 1."""
     pp_bytes: int = 128 << 10
     """Bytes each rank sends to the next pipeline stage (rank + 1) per step; 0: none."""
     detector: str = "static"
@@ -117,6 +120,8 @@ class TrainingConfig:
             raise ValueError(f"steps must lie in 1..{MAX_STEPS - 1}")
         if self.grad_bytes < n:
             raise ValueError("grad_bytes must give every ring chunk at least one byte")
+        if not 2 <= self.tp_group <= 1 << _INDEX_BITS:
+            raise ValueError(f"tp_group must lie in 2..{1 << _INDEX_BITS}, got {self.tp_group}")
         if self.compute_s < 0 or self.tp_bytes < 0 or self.pp_bytes < 0:
             raise ValueError("compute time and TP/PP sizes must be >= 0")
         if self.detector not in ("static", "accordion"):
@@ -236,17 +241,20 @@ def compute_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
     """Tensor- and pipeline-parallel messages `src` sends during `step`'s compute phase."""
     n = len(cfg.ranks)
     out = []
-    partner = src ^ 1
-    if cfg.tp_bytes and partner < n:
-        out.append(
-            Message(
-                flow_id(step, Kind.TENSOR_PARALLEL, src, 0),
-                src,
-                partner,
-                cfg.tp_bytes,
-                Kind.TENSOR_PARALLEL,
-            )
-        )
+    group = cfg.tp_group
+    base = src - src % group
+    if cfg.tp_bytes:
+        for peer in range(base, min(base + group, n)):
+            if peer != src:
+                out.append(
+                    Message(
+                        flow_id(step, Kind.TENSOR_PARALLEL, src, (peer - src) % group - 1),
+                        src,
+                        peer,
+                        cfg.tp_bytes,
+                        Kind.TENSOR_PARALLEL,
+                    )
+                )
     if cfg.pp_bytes:
         nxt = (src + 1) % n
         out.append(

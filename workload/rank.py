@@ -25,7 +25,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from host_agent.core import (
@@ -121,6 +121,8 @@ class Rank:
         self.marks: dict[str, float] = {}
         self.totals: Counter = Counter()
         self.finished = False
+        self.steps_done = 0
+        """The last step this rank has finished (its barrier passed)."""
         self.failure: str | None = None
         """Why the run failed, in one line; None while it has not."""
         self.started = 0.0
@@ -145,9 +147,11 @@ class Rank:
         if self.finished:
             return
         if isinstance(event, RecvDone):
-            self.received[event.flow] = event
             self._check_content(event)
             self._record_loss(event)
+            # Checked, the bytes are no longer needed: keep the record, not the payload, so
+            # a rank's memory does not grow with every step it has run.
+            self.received[event.flow] = replace(event, payload=None)
             self._settle(("recv", event.flow), now)
         elif isinstance(event, SendDone):
             self.sent[event.flow] = event
@@ -348,6 +352,7 @@ class Rank:
             trim_fifths=self.endpoint.trim_profile(step, self.marks["start"], now),
         )
         self.endpoint.forget_step(step - 1)
+        self.steps_done = step
         if step < self.cfg.steps:
             self._start_step(step + 1, now)
             return

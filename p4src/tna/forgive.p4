@@ -162,7 +162,7 @@ parser IngressParser(packet_in pkt,
  *  Ingress: route, pick the queue, ask the TM to deflect what it cannot hold
  *************************************************************************/
 
-control MyIngress(inout tna_headers_t hdr,
+control ForgiveIngress(inout tna_headers_t hdr,
                   inout ingress_metadata_t meta,
                   in ingress_intrinsic_metadata_t ig_intr_md,
                   in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
@@ -369,7 +369,7 @@ parser EgressParser(packet_in pkt,
  *  Egress: trim or drop what the TM deflected, mark ECN, count what leaves
  *************************************************************************/
 
-control MyEgress(inout tna_headers_t hdr,
+control ForgiveEgress(inout tna_headers_t hdr,
                  inout egress_metadata_t meta,
                  in egress_intrinsic_metadata_t eg_intr_md,
                  in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
@@ -491,10 +491,10 @@ control EgressDeparser(packet_out pkt,
 }
 
 Pipeline(IngressParser(),
-         MyIngress(),
+         ForgiveIngress(),
          IngressDeparser(),
          EgressParser(),
-         MyEgress(),
+         ForgiveEgress(),
          EgressDeparser()) pipe;
 
 Switch(pipe) main;
