@@ -16,6 +16,7 @@ import argparse
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from host_agent.core import PROFILES
@@ -25,15 +26,22 @@ from study.runs import Setup, by_variant, plan
 from study.variants import BY_NAME, VARIANTS, Variant
 from topologies.cache import RunCache, run_cached
 from topologies.fabric import FabricError, FabricSpec, load, preset, with_scaling
-from topologies.runner import RunConfig, RunError, Workload, run_once
+from topologies.runner import ENGINES, JOBS, RunConfig, RunError
 from topologies.scaling import Scaling, ScalingError
+from topologies.simulated import sim_scaling
+from topologies.sweep import run_one
 
 DEFAULT_SEEDS = (1, 2, 3)
 DEFAULT_BASELINE_SEEDS = (1, 2, 3, 4, 5)
 DEFAULT_CACHE = Path("results/runs")
-ENGINE_FABRICS = {"mininet": ("2to1", "nonblocking")}
-"""Per engine, the worst fabric and the one without oversubscription it runs by default."""
-RUNNER = run_once
+ENGINE_DEFAULTS = {
+    "sim": ("note-4to1", "note-1to1", "note"),
+    "mininet": ("2to1", "nonblocking", "default"),
+}
+"""Per engine, the worst fabric, the one without oversubscription and the job it runs by
+default: the simulator runs the note's own 64-rank fabrics and job, the emulation its
+4-host presets."""
+RUNNER = run_one
 """How one run is made (a test may put a stand-in here)."""
 
 
@@ -41,7 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     study = sub.add_parser("study", help="reproduce a document's results", description=__doc__)
     which = study.add_subparsers(dest="study", required=True)
     p = which.add_parser("note", help="the FORGIVE note's Results", description=__doc__)
-    p.add_argument("--engine", default="mininet", help=f"{' or '.join(ENGINE_FABRICS)}")
+    p.add_argument(
+        "--engine",
+        default="sim",
+        help="sim (default: virtual time, the note's 64-rank fabrics) or mininet (root)",
+    )
     p.add_argument(
         "--seeds", help=f"seeds of every variant (default {','.join(map(str, DEFAULT_SEEDS))})"
     )
@@ -54,6 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="run cache (results/runs)")
     p.add_argument("--fresh", action="store_true", help="rerun the runs the cache has too")
     p.add_argument("--dcqcn", default="paper", help=f"DCQCN profile: {' or '.join(PROFILES)}")
+    p.add_argument("--workers", type=int, default=1, help="runs in parallel processes (sim)")
+    p.add_argument("--job", help=f"the training job: {', '.join(JOBS)} (default: the engine's)")
     p.add_argument("--fabric", help="the worst fabric: a preset or a .toml file")
     p.add_argument("--nonblocking-fabric", help="the fabric without oversubscription")
     p.add_argument(
@@ -61,9 +75,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"only these variants, comma-separated (default all: {', '.join(BY_NAME)})",
     )
     p.add_argument("--switch", default="model", help="model (default) or bmv2")
-    p.add_argument("--steps", type=int, default=Workload().steps)
-    p.add_argument("--host-link-mbps", type=float, help="emulated host link rate")
-    p.add_argument("--byte-scale", type=float, help="divide every byte quantity by this")
+    p.add_argument("--steps", type=int, default=JOBS["default"].steps)
+    p.add_argument(
+        "--host-link-mbps",
+        type=float,
+        help="host link rate (emulation default 20; the simulator runs the fabric's own)",
+    )
+    p.add_argument(
+        "--byte-scale", type=float, help="divide every byte quantity by this (default 64)"
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="per run, s")
 
 
@@ -79,8 +99,6 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 def _fabric(name: str, args: argparse.Namespace) -> FabricSpec:
     spec = load(name) if Path(name).suffix.lower() == ".toml" else preset(name)
-    if args.host_link_mbps is None and args.byte_scale is None:
-        return spec
     for option, value in (
         ("--host-link-mbps", args.host_link_mbps),
         ("--byte-scale", args.byte_scale),
@@ -88,6 +106,10 @@ def _fabric(name: str, args: argparse.Namespace) -> FabricSpec:
         if value is not None and not (math.isfinite(value) and value > 0):
             raise RunError(f"{option} must be a finite number > 0, got {value}")
     try:
+        if args.engine == "sim":
+            return sim_scaling(spec, args.host_link_mbps, args.byte_scale)
+        if args.host_link_mbps is None and args.byte_scale is None:
+            return spec
         scaling = Scaling(
             host_link_bps=spec.scaling.host_link_bps
             if args.host_link_mbps is None
@@ -101,9 +123,16 @@ def _fabric(name: str, args: argparse.Namespace) -> FabricSpec:
 
 def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
     """The study's setup and variants from its options; RunError or FabricError in one line."""
-    if args.engine not in ENGINE_FABRICS:
-        raise RunError(f"--engine must be one of {', '.join(ENGINE_FABRICS)}, got {args.engine!r}")
-    worst_name, nonblocking_name = ENGINE_FABRICS[args.engine]
+    if args.engine not in ENGINES:
+        raise RunError(f"--engine must be one of {', '.join(ENGINES)}, got {args.engine!r}")
+    worst_name, nonblocking_name, job = ENGINE_DEFAULTS[args.engine]
+    job = args.job or job
+    if job not in JOBS:
+        raise RunError(f"--job must be one of {', '.join(JOBS)}, got {job!r}")
+    if args.workers < 1:
+        raise RunError(f"--workers must be >= 1, got {args.workers}")
+    if args.workers > 1 and args.engine != "sim":
+        raise RunError("--workers needs --engine sim (emulations share one host)")
     seeds = DEFAULT_SEEDS if args.seeds is None else _ints(args.seeds, "--seeds")
     if args.baseline_seeds is not None:
         baseline = _ints(args.baseline_seeds, "--baseline-seeds")
@@ -118,12 +147,13 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
     setup = Setup(
         worst=_fabric(args.fabric or worst_name, args),
         nonblocking=_fabric(args.nonblocking_fabric or nonblocking_name, args),
-        workload=Workload(steps=args.steps),
+        workload=replace(JOBS[job], steps=args.steps),
         seeds=seeds,
         baseline_seeds=baseline,
         switch=args.switch,
         dcqcn=args.dcqcn,
         timeout_s=args.timeout,
+        engine=args.engine,
     )
     return setup, [v for v in VARIANTS if v.name in names]
 
@@ -139,7 +169,7 @@ def _describe(setup: Setup, planned: list[tuple[Variant, RunConfig]], cache: Run
         f"study note: {len(planned)} runs ({cached} in the cache {cache.root}); worst fabric "
         f"{worst.name} ({worst.oversubscription:g}:1), non-oversubscribed {nb.name} "
         f"({nb.oversubscription:g}:1); seeds {','.join(map(str, setup.seeds))}, baseline seeds "
-        f"{','.join(map(str, setup.baseline_seeds))}; DCQCN {setup.dcqcn}; switch {setup.switch}"
+        f"{','.join(map(str, setup.baseline_seeds))}; DCQCN {setup.dcqcn}; engine {setup.engine}"
     )
 
 
@@ -157,7 +187,14 @@ def main(args: argparse.Namespace) -> int:
     _say(_describe(setup, planned, cache))
     started = time.monotonic()
     try:
-        results = run_cached([c for _, c in planned], cache, RUNNER, fresh=args.fresh, say=_say)
+        results = run_cached(
+            [c for _, c in planned],
+            cache,
+            RUNNER,
+            fresh=args.fresh,
+            workers=args.workers,
+            say=_say,
+        )
     except RunError as err:
         print(f"forgive study: {err}", file=sys.stderr)
         return 1

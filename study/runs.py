@@ -23,8 +23,7 @@ class Setup:
     switch: str = "model"
     dcqcn: str = "paper"
     timeout_s: float = 600.0
-    extra: tuple[tuple[str, object], ...] = ()
-    """Further RunConfig fields every run takes (the engine's, where there is a choice)."""
+    engine: str = "sim"
 
     def seeds_of(self, variant: Variant) -> tuple[int, ...]:
         return self.baseline_seeds if variant.baseline_seeds else self.seeds
@@ -42,7 +41,7 @@ class Setup:
             timeout_s=self.timeout_s,
             dcqcn=self.dcqcn,
             companion=variant.companion,
-            **dict(self.extra),
+            engine=self.engine,
         )
 
 

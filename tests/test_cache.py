@@ -42,7 +42,9 @@ def test_the_key_follows_what_decides_a_run_and_nothing_else():
     others = [
         replace(BASE, seed=2),
         replace(BASE, policy="tight"),
-        replace(BASE, engine="sim") if hasattr(BASE, "engine") else replace(BASE, switch="bmv2"),
+        replace(BASE, engine="sim"),
+        replace(BASE, dcqcn="nic"),
+        replace(BASE, companion="dcqcn"),
         replace(BASE, workload=Workload(steps=3)),
         replace(BASE, fabric=preset("4to1")),
     ]

@@ -71,6 +71,15 @@ def test_every_variant_runs_once_and_the_table_follows(tmp_path, stand_in_engine
     assert "(30 in the cache" in capsys.readouterr().err
 
 
+def test_worker_processes_give_what_one_process_gives(tmp_path, stand_in_engine):
+    variants = "tight,forgive,second-job:tight,second-job:forgive"
+    assert study(tmp_path / "one", "--variants", variants) == 0
+    assert study(tmp_path / "two", "--variants", variants, "--workers", "2") == 0
+    docs = [json.loads((tmp_path / d / "out" / "study.json").read_text()) for d in ("one", "two")]
+    assert [c["values"] for c in docs[0]["claims"]] == [c["values"] for c in docs[1]["claims"]]
+    assert docs[1]["engine"] == "sim" and docs[1]["worst_fabric"] == "note-4to1"
+
+
 def test_the_detector_and_second_job_rows_come_from_their_variants(tmp_path, stand_in_engine):
     assert study(tmp_path, "--variants", "tight,forgive,detector:critical-missed") == 0
     doc = json.loads((tmp_path / "out" / "study.json").read_text())
@@ -89,6 +98,9 @@ def test_the_detector_and_second_job_rows_come_from_their_variants(tmp_path, sta
         (["--dcqcn", "ns3"], "--dcqcn must be one of paper, nic"),
         (["--fabric", "8to1"], "unknown fabric preset '8to1'"),
         (["--timeout", "nan"], "--timeout must be a finite number"),
+        (["--engine", "mininet", "--workers", "2"], "--workers needs --engine sim"),
+        (["--job", "huge"], "--job must be one of default, note"),
+        (["--byte-scale", "0.5"], "byte_scale must be a finite number >= 1"),
     ],
 )
 def test_bad_options_are_one_line_and_nothing_runs(
