@@ -24,6 +24,9 @@ FIFTHS = 5
 FIRST, LAST = 0, FIFTHS - 1
 TRIMMED, GRADIENT_TRIMMED, FORGIVEN = 0, 1, 2
 """Columns of StepResult.trim_fifths (host_agent.endpoint.TRIM_FIELDS)."""
+STEP, ALLREDUCE = "trim_fifths", "allreduce_trim_fifths"
+"""The two spans a step's trims are cut into fifths over: the whole step, or its all-reduce
+(the span the step's loss budget is open)."""
 
 
 def by_seed(runs: Runs, variant: str) -> dict[int, RunResult]:
@@ -89,20 +92,23 @@ def metric_ratio(runs: Runs, variant: str, key: str, baseline: str = "tight") ->
     return paired(runs, variant, baseline, ratio)
 
 
-def fifths(run: RunResult) -> list[list[int]] | None:
-    """The run's trims per fifth of a step, summed over its steps; None if it has none."""
-    rows = [s.trim_fifths for s in run.steps if s.trim_fifths is not None]
+def fifths(run: RunResult, span: str = ALLREDUCE) -> list[list[int]] | None:
+    """The run's trims per fifth of a step's span, summed over its steps; None if it has none."""
+    rows = [getattr(s, span) for s in run.steps if getattr(s, span) is not None]
     if not rows:
         return None
     return [[sum(r[f][c] for r in rows) for c in range(len(rows[0][f]))] for f in range(FIFTHS)]
 
 
-def first_last_trimmed(runs: Runs, variant: str) -> PerSeed:
-    """Bytes trimmed in the first fifth of a step over those in the last."""
+def first_last_trimmed(
+    runs: Runs, variant: str, span: str = STEP, column: int = TRIMMED
+) -> PerSeed:
+    """Bytes trimmed (or, with `column`, gradient bytes trimmed) in the first fifth of a
+    step's span over those in the last."""
 
     def value(run: RunResult) -> float | None:
-        rows = fifths(run)
-        return None if rows is None else _ratio(rows[FIRST][TRIMMED], rows[LAST][TRIMMED])
+        rows = fifths(run, span)
+        return None if rows is None else _ratio(rows[FIRST][column], rows[LAST][column])
 
     return per_seed(runs, variant, value)
 
@@ -167,16 +173,30 @@ def forgiveness_points(runs: Runs, exempt_only: str, full: str, baseline: str = 
     return _subtract(time_change(runs, exempt_only, baseline), time_change(runs, full, baseline))
 
 
-def companion_change(runs: Runs, variant: str, baseline: str) -> PerSeed:
-    """The second job's training time against its time beside the baseline, same seed, %."""
+def shared_step_time(run: RunResult) -> float | None:
+    """The second job's median step time over its steps that ended while the first job was
+    still training: what it pays for sharing the fabric, whichever job finishes first."""
+    if run.companion is None:
+        return None
+    second = RunResult.from_json(run.companion)
+    ends = [s.ended_s for s in run.steps if s.ended_s is not None]
+    if not ends:
+        return None
+    last = max(ends)
+    shared = [s.duration_s for s in second.steps if s.ended_s is not None and s.ended_s <= last]
+    return statistics.median(shared) if shared else None
 
-    def combine(r: RunResult, b: RunResult) -> float | None:
-        if r.companion is None or b.companion is None:
-            return None
-        mine, theirs = RunResult.from_json(r.companion), RunResult.from_json(b.companion)
-        return change_pct(mine.training_time_s, theirs.training_time_s)
 
-    return paired(runs, variant, baseline, combine)
+def companion_change(runs: Runs, variant: str, baseline: str, shared: bool = True) -> PerSeed:
+    """The second job's median step time while sharing the fabric (or, `shared` False, its
+    whole training time) against the same beside the baseline, same seed, %."""
+
+    def value(run: RunResult) -> float | None:
+        if not shared:
+            return None if run.companion is None else run.companion["training_time_s"]
+        return shared_step_time(run)
+
+    return paired(runs, variant, baseline, lambda r, b: change_pct(value(r), value(b)))
 
 
 def lost_on_true_critical_pct(runs: Runs, variant: str) -> PerSeed:

@@ -46,7 +46,8 @@ def plot_allreduce_cdfs(path: Path, runs: fg.Runs) -> None:
         ax.set_title("critical steps" if critical else "non-critical steps")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("fraction of all-reduces (every rank, step and seed)")
-    axes[1].legend(fontsize=8)
+    if axes[1].get_legend_handles_labels()[0]:
+        axes[1].legend(fontsize=8)
     fig.suptitle("All-reduce completion times on the worst fabric")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -54,8 +55,9 @@ def plot_allreduce_cdfs(path: Path, runs: fg.Runs) -> None:
 
 
 def plot_trims_per_fifth(path: Path, runs: fg.Runs) -> None:
-    """Per variant, each fifth's share of the bytes trimmed, and the share of trimmed gradient
-    bytes forgiven in it, summed over seeds."""
+    """Per variant, each fifth of the steps' all-reduces (the span the loss budget is open):
+    its share of the gradient bytes trimmed, and the share of those forgiven in it, summed
+    over steps, ranks and seeds."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     names = []
     for name in WORST_FABRIC:
@@ -63,25 +65,26 @@ def plot_trims_per_fifth(path: Path, runs: fg.Runs) -> None:
         if not rows:
             continue
         totals = [[sum(r[k][c] for r in rows) for c in range(3)] for k in range(fg.FIFTHS)]
-        if not sum(t[fg.TRIMMED] for t in totals):
+        if not sum(t[fg.GRADIENT_TRIMMED] for t in totals):
             continue
         names.append((name, totals))
     width = 0.8 / max(1, len(names))
     xs = range(1, fg.FIFTHS + 1)
     for i, (name, totals) in enumerate(names):
-        trimmed = sum(t[fg.TRIMMED] for t in totals)
+        trimmed = sum(t[fg.GRADIENT_TRIMMED] for t in totals)
         offset = [x - 0.4 + (i + 0.5) * width for x in xs]
-        top.bar(offset, [100 * t[fg.TRIMMED] / trimmed for t in totals], width, label=name)
+        top.bar(offset, [100 * t[fg.GRADIENT_TRIMMED] / trimmed for t in totals], width, label=name)
         share = [
             100 * t[fg.FORGIVEN] / t[fg.GRADIENT_TRIMMED] if t[fg.GRADIENT_TRIMMED] else 0.0
             for t in totals
         ]
         bottom.bar(offset, share, width, label=name)
-    top.set_ylabel("% of the bytes trimmed")
-    top.set_title("Where in a step trims happen (all steps, ranks and seeds)")
-    top.legend(fontsize=7, ncol=3)
+    top.set_ylabel("% of the gradient bytes trimmed")
+    top.set_title("Where in a step's all-reduce gradient trims happen (all steps, ranks, seeds)")
+    if names:
+        top.legend(fontsize=7, ncol=3)
     bottom.set_ylabel("% of trimmed gradient bytes forgiven")
-    bottom.set_xlabel("fifth of a step")
+    bottom.set_xlabel("fifth of the step's all-reduce")
     bottom.set_xticks(list(xs))
     for ax in (top, bottom):
         ax.grid(alpha=0.3, axis="y")

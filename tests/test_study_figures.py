@@ -12,6 +12,9 @@ from topologies.results import RunResult, StepResult
 
 
 def step(n, critical=False, allreduce=(1.0,), expected=1000, forgiven=0, fifths=None, **kw):
+    """A step whose trims per fifth are `fifths` over the whole step, and, unless given, the
+    same over its all-reduce."""
+    kw.setdefault("allreduce_trim_fifths", fifths)
     return StepResult(
         n, critical, 1.0, list(allreduce), expected, forgiven, 100, True, trim_fifths=fifths, **kw
     )
@@ -50,9 +53,14 @@ def test_trims_per_fifth_summed_over_steps():
     # [trimmed, of them gradient, of those forgiven] per fifth
     a = [[700, 600, 60], [100, 100, 0], [0, 0, 0], [0, 0, 0], [50, 50, 25]]
     b = [[700, 400, 120], [0, 0, 0], [0, 0, 0], [0, 0, 0], [150, 150, 95]]
-    runs = {"forgive": [run(1, steps=[step(1, fifths=a), step(2, fifths=b), step(3)])]}
+    whole = [[900, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [300, 0, 0]]
+    steps = [step(1, fifths=whole, allreduce_trim_fifths=a), step(2, fifths=b), step(3)]
+    runs = {"forgive": [run(1, steps=steps)]}
     assert fg.fifths(runs["forgive"][0])[0] == [1400, 1000, 180]
-    assert fg.first_last_trimmed(runs, "forgive") == {1: pytest.approx(7.0)}
+    assert fg.fifths(runs["forgive"][0], fg.STEP)[0] == [1600, 400, 120]
+    assert fg.first_last_trimmed(runs, "forgive") == {1: pytest.approx(1600 / 450)}
+    ratio = fg.first_last_trimmed(runs, "forgive", fg.ALLREDUCE, fg.GRADIENT_TRIMMED)
+    assert ratio == {1: pytest.approx(1000 / 200)}
     assert fg.forgiven_share(runs, "forgive", fg.FIRST) == {1: pytest.approx(18.0)}
     assert fg.forgiven_share(runs, "forgive", fg.LAST) == {1: pytest.approx(60.0)}
     assert fg.first_last_trimmed({"forgive": [run(1)]}, "forgive") == {1: None}
@@ -77,13 +85,40 @@ def test_eligible_trims_saving_split_and_second_job():
         "P0": [run(1, 85.0)],
         "forgive": [run(1, 84.0, trimmed_bytes={"eligible": 100, "other": 5})],
         "co:tight": [run(1, companion=run(1, 50.0).to_json())],
-        "co:forgive": [run(1, companion=run(1, 55.0).to_json())],
+        "co:forgive": [run(1, companion=run(1, 45.0).to_json())],
     }
     assert fg.eligible_trimmed_ratio(runs, "forgive", "tight") == {1: pytest.approx(10.0)}
     assert fg.exemption_share(runs, "P0", "forgive") == {1: pytest.approx(100 * 15 / 16)}
     assert fg.forgiveness_points(runs, "P0", "forgive") == {1: pytest.approx(1.0)}
-    assert fg.companion_change(runs, "co:forgive", "co:tight") == {1: pytest.approx(10.0)}
+    assert fg.companion_change(runs, "co:forgive", "co:tight", shared=False) == {
+        1: pytest.approx(-10.0)
+    }
     assert fg.saving_lost_pct(runs, "P0", "forgive") == {1: pytest.approx(100 / 16)}
+
+
+def test_the_second_job_pays_only_for_the_steps_it_shared():
+    """Beside forgive the first job ends at t = 3; the second job's steps that ended by then
+    took 2 s each, later ones (alone on the fabric) 1 s. Beside tight, every step took 1.5 s."""
+
+    def steps(durations, ends):
+        return [
+            StepResult(k, False, d, [0.1], 10, 0, 0, True, ended_s=e)
+            for k, (d, e) in enumerate(zip(durations, ends, strict=True), 1)
+        ]
+
+    first = steps([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])
+    beside_forgive = run(1, steps=steps([2.0, 1.0, 1.0], [2.0, 3.0, 4.0]))
+    beside_tight = run(1, steps=steps([1.5, 1.5, 1.5], [1.5, 3.0, 4.5]))
+    runs = {
+        "co:forgive": [run(1, steps=first, companion=beside_forgive.to_json())],
+        "co:tight": [
+            run(1, steps=steps([1.5] * 3, [1.5, 3.0, 4.5]), companion=beside_tight.to_json())
+        ],
+    }
+    # beside forgive: steps ending by 3 took 2 and 1 s (median 1.5); beside tight: all 1.5 s
+    assert fg.shared_step_time(runs["co:forgive"][0]) == pytest.approx(1.5)
+    assert fg.companion_change(runs, "co:forgive", "co:tight") == {1: pytest.approx(0.0)}
+    assert fg.shared_step_time(run(1)) is None
 
 
 def test_loss_on_truly_critical_steps_undoes_the_detectors_mistakes():

@@ -93,6 +93,12 @@ def test_trim_profile_and_exemption_records(forgive_run):
         assert sum(f[2] for f in fifths) == s["grad_forgiven"]
         assert all(0 <= f[2] <= f[1] <= f[0] for f in fifths)
     assert sum(f[0] for s in steps for f in s["trim_fifths"]) > 0
+    for s in steps:  # every forgiveness happens while the all-reduce runs
+        assert sum(f[2] for f in s["allreduce_trim_fifths"]) == s["grad_forgiven"]
+    by_rank = {}
+    for s in steps:
+        by_rank.setdefault(s["rank"], []).append(s["ended"])
+    assert all(ends == sorted(ends) for ends in by_rank.values())
     stats = [json.loads(line) for log in sim.logs for line in log.getvalue().splitlines()]
     sends = [r for r in stats if r["type"] == "flow_send"]
     assert all(r["obeying_again_time"] == 0 for r in sends if r["mode_changes"] < 2)

@@ -62,6 +62,10 @@ def _steps(train: dict[str, list[dict[str, Any]]]) -> list[StepResult]:
                 bound_held=all(r["bound_held"] for r in recs),
                 misclassified=any(r.get("misclassified", False) for r in recs),
                 trim_fifths=_sum_fifths([r["trim_fifths"] for r in recs if "trim_fifths" in r]),
+                allreduce_trim_fifths=_sum_fifths(
+                    [r["allreduce_trim_fifths"] for r in recs if "allreduce_trim_fifths" in r]
+                ),
+                ended_s=max((r["ended"] for r in recs if "ended" in r), default=None),
             )
         )
     return steps

@@ -34,6 +34,11 @@ class StepResult:
     trim_fifths: list[list[int]] | None = None
     """Per fifth of the step, summed over the receiving ranks: bytes trimmed, of those from
     gradient flows, and of those forgiven at once (host_agent.endpoint.TRIM_FIELDS)."""
+    allreduce_trim_fifths: list[list[int]] | None = None
+    """The same per fifth of the step's all-reduce, the span its loss budget is open (trims
+    before it count in the first fifth)."""
+    ended_s: float | None = None
+    """When the last rank finished the step, on the run's clock (shared by its hosts)."""
 
 
 @dataclass

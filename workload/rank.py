@@ -349,7 +349,11 @@ class Rank:
             grad_shed=shed,
             grad_retransmitted=retx,
             misclassified=step in self.cfg.misclassify,
+            ended=now,
             trim_fifths=self.endpoint.trim_profile(step, self.marks["start"], now),
+            allreduce_trim_fifths=self.endpoint.trim_profile(
+                step, self.marks["allreduce"], self.marks["barrier"]
+            ),
         )
         self.endpoint.forget_step(step - 1)
         self.steps_done = step
