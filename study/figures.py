@@ -173,30 +173,37 @@ def forgiveness_points(runs: Runs, exempt_only: str, full: str, baseline: str = 
     return _subtract(time_change(runs, exempt_only, baseline), time_change(runs, full, baseline))
 
 
-def shared_step_time(run: RunResult) -> float | None:
-    """The second job's median step time over its steps that ended while the first job was
-    still training: what it pays for sharing the fabric, whichever job finishes first."""
+def shared_steps(run: RunResult) -> dict[int, float]:
+    """The second job's steps that ended while the first job was still training, with their
+    durations: where it shares the fabric, whichever job finishes first."""
     if run.companion is None:
-        return None
-    second = RunResult.from_json(run.companion)
+        return {}
     ends = [s.ended_s for s in run.steps if s.ended_s is not None]
     if not ends:
-        return None
+        return {}
     last = max(ends)
-    shared = [s.duration_s for s in second.steps if s.ended_s is not None and s.ended_s <= last]
-    return statistics.median(shared) if shared else None
+    second = RunResult.from_json(run.companion)
+    return {
+        s.step: s.duration_s for s in second.steps if s.ended_s is not None and s.ended_s <= last
+    }
 
 
 def companion_change(runs: Runs, variant: str, baseline: str, shared: bool = True) -> PerSeed:
-    """The second job's median step time while sharing the fabric (or, `shared` False, its
-    whole training time) against the same beside the baseline, same seed, %."""
+    """The second job's time over the steps it shared the fabric in both runs (or, `shared`
+    False, its whole training time), beside the variant against beside the baseline, %."""
 
-    def value(run: RunResult) -> float | None:
+    def combine(r: RunResult, b: RunResult) -> float | None:
+        if r.companion is None or b.companion is None:
+            return None
         if not shared:
-            return None if run.companion is None else run.companion["training_time_s"]
-        return shared_step_time(run)
+            return change_pct(r.companion["training_time_s"], b.companion["training_time_s"])
+        mine, theirs = shared_steps(r), shared_steps(b)
+        common = sorted(set(mine) & set(theirs))
+        if not common:
+            return None
+        return change_pct(sum(mine[k] for k in common), sum(theirs[k] for k in common))
 
-    return paired(runs, variant, baseline, lambda r, b: change_pct(value(r), value(b)))
+    return paired(runs, variant, baseline, combine)
 
 
 def lost_on_true_critical_pct(runs: Runs, variant: str) -> PerSeed:

@@ -96,9 +96,10 @@ def test_eligible_trims_saving_split_and_second_job():
     assert fg.saving_lost_pct(runs, "P0", "forgive") == {1: pytest.approx(100 / 16)}
 
 
-def test_the_second_job_pays_only_for_the_steps_it_shared():
-    """Beside forgive the first job ends at t = 3; the second job's steps that ended by then
-    took 2 s each, later ones (alone on the fabric) 1 s. Beside tight, every step took 1.5 s."""
+def test_the_second_job_pays_only_for_the_steps_both_runs_shared():
+    """Beside forgive the first job ends at t = 3, so the second job shared its steps 1 and 2
+    (2 s and 1 s); beside tight the first job ends at 4.5 and every step (1.5 s each) was
+    shared. Over steps 1 and 2: 3 s against 3 s."""
 
     def steps(durations, ends):
         return [
@@ -106,19 +107,21 @@ def test_the_second_job_pays_only_for_the_steps_it_shared():
             for k, (d, e) in enumerate(zip(durations, ends, strict=True), 1)
         ]
 
-    first = steps([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])
-    beside_forgive = run(1, steps=steps([2.0, 1.0, 1.0], [2.0, 3.0, 4.0]))
-    beside_tight = run(1, steps=steps([1.5, 1.5, 1.5], [1.5, 3.0, 4.5]))
+    beside_forgive = run(1, 4.0, steps=steps([2.0, 1.0, 1.0], [2.0, 3.0, 4.0]))
+    beside_tight = run(1, 5.5, steps=steps([1.5, 1.5, 2.5], [1.5, 3.0, 4.5]))
     runs = {
-        "co:forgive": [run(1, steps=first, companion=beside_forgive.to_json())],
+        "co:forgive": [
+            run(1, steps=steps([1.0] * 3, [1.0, 2.0, 3.0]), companion=beside_forgive.to_json())
+        ],
         "co:tight": [
             run(1, steps=steps([1.5] * 3, [1.5, 3.0, 4.5]), companion=beside_tight.to_json())
         ],
     }
-    # beside forgive: steps ending by 3 took 2 and 1 s (median 1.5); beside tight: all 1.5 s
-    assert fg.shared_step_time(runs["co:forgive"][0]) == pytest.approx(1.5)
+    assert fg.shared_steps(runs["co:forgive"][0]) == {1: 2.0, 2: 1.0}
     assert fg.companion_change(runs, "co:forgive", "co:tight") == {1: pytest.approx(0.0)}
-    assert fg.shared_step_time(run(1)) is None
+    whole = fg.companion_change(runs, "co:forgive", "co:tight", shared=False)
+    assert whole == {1: pytest.approx(100 * (4.0 - 5.5) / 5.5)}
+    assert fg.shared_steps(run(1)) == {}
 
 
 def test_loss_on_truly_critical_steps_undoes_the_detectors_mistakes():
