@@ -25,10 +25,9 @@ from study.claims import CLAIMS, judge
 from study.runs import Setup, by_variant, plan
 from study.variants import BY_NAME, VARIANTS, Variant
 from topologies.cache import RunCache, run_cached
-from topologies.fabric import FabricError, FabricSpec, load, preset, with_scaling
+from topologies.fabric import FabricError
+from topologies.options import fabric_from
 from topologies.runner import ENGINES, JOBS, RunConfig, RunError
-from topologies.scaling import Scaling, ScalingError
-from topologies.simulated import sim_scaling
 from topologies.sweep import run_one
 
 DEFAULT_SEEDS = (1, 2, 3)
@@ -97,30 +96,6 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
     return values
 
 
-def _fabric(name: str, args: argparse.Namespace) -> FabricSpec:
-    spec = load(name) if Path(name).suffix.lower() == ".toml" else preset(name)
-    for option, value in (
-        ("--host-link-mbps", args.host_link_mbps),
-        ("--byte-scale", args.byte_scale),
-    ):
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise RunError(f"{option} must be a finite number > 0, got {value}")
-    try:
-        if args.engine == "sim":
-            return sim_scaling(spec, args.host_link_mbps, args.byte_scale)
-        if args.host_link_mbps is None and args.byte_scale is None:
-            return spec
-        scaling = Scaling(
-            host_link_bps=spec.scaling.host_link_bps
-            if args.host_link_mbps is None
-            else args.host_link_mbps * 1e6,
-            byte_scale=spec.scaling.byte_scale if args.byte_scale is None else args.byte_scale,
-        )
-        return with_scaling(spec, scaling)
-    except (ScalingError, FabricError) as err:
-        raise FabricError(f"{name}: {err}") from None
-
-
 def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
     """The study's setup and variants from its options; RunError or FabricError in one line."""
     if args.engine not in ENGINES:
@@ -144,9 +119,10 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
         raise RunError(f"unknown variant {unknown[0]!r}" if unknown else "--variants is empty")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise RunError(f"--timeout must be a finite number > 0, got {args.timeout}")
+    scaling = (args.engine, args.host_link_mbps, args.byte_scale)
     setup = Setup(
-        worst=_fabric(args.fabric or worst_name, args),
-        nonblocking=_fabric(args.nonblocking_fabric or nonblocking_name, args),
+        worst=fabric_from(args.fabric or worst_name, *scaling),
+        nonblocking=fabric_from(args.nonblocking_fabric or nonblocking_name, *scaling),
         workload=replace(JOBS[job], steps=args.steps),
         seeds=seeds,
         baseline_seeds=baseline,

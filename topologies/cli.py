@@ -23,11 +23,10 @@ from host_agent.core import PROFILES
 from impact import cli as impact_cli
 from study import cli as study_cli
 from topologies.cache import RunCache, link_runs, run_cached
-from topologies.fabric import PRESETS, FabricError, FabricSpec, load, preset, with_scaling
+from topologies.fabric import PRESETS, FabricError, FabricSpec
+from topologies.options import fabric_from
 from topologies.report import write_results
 from topologies.runner import ENGINES, JOBS, RunConfig, RunError
-from topologies.scaling import Scaling, ScalingError
-from topologies.simulated import sim_scaling
 from topologies.sweep import run_all, run_one
 
 DEFAULT_POLICIES = ("tight", "forgive", "dcqcn", "shed")
@@ -58,33 +57,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def _fabric(args: argparse.Namespace, engine: str = "mininet") -> FabricSpec:
-    name = args.fabric
-    spec = load(name) if Path(name).suffix.lower() == ".toml" else preset(name)
-    given = [
-        f"--{option} {value:g}"
-        for option, value in (
-            ("host-link-mbps", args.host_link_mbps),
-            ("byte-scale", args.byte_scale),
-        )
-        if value is not None
-    ]
-    if engine == "sim":
-        try:
-            return sim_scaling(spec, args.host_link_mbps, args.byte_scale)
-        except (ScalingError, FabricError) as err:
-            raise FabricError(f"{' '.join(given) or 'simulator scaling'}: {err}") from None
-    if not given:
-        return spec
-    try:
-        scaling = Scaling(
-            host_link_bps=spec.scaling.host_link_bps
-            if args.host_link_mbps is None
-            else args.host_link_mbps * 1e6,
-            byte_scale=spec.scaling.byte_scale if args.byte_scale is None else args.byte_scale,
-        )
-        return with_scaling(spec, scaling)
-    except (ScalingError, FabricError) as err:
-        raise FabricError(f"{' '.join(given)}: {err}") from None
+    return fabric_from(args.fabric, engine, args.host_link_mbps, args.byte_scale)
 
 
 def _seeds(text: str) -> list[int]:
