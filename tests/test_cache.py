@@ -101,3 +101,21 @@ def test_a_folder_whose_configuration_differs_is_not_taken(tmp_path):
     run_cached([BASE], cache, fake_run)
     (cache.folder(BASE) / "config.json").write_text('{"edited": true}')
     assert cache.get(BASE) is None
+
+
+def test_compare_with_a_cache_runs_once_and_links_the_runs(tmp_path, capsys):
+    from topologies.cli import main
+
+    args = ["compare", "--engine", "sim", "--fabric", "2to1", "--steps", "2", "--byte-scale", "64"]
+    args += ["--policies", "tight,forgive", "--seeds", "1", "--cache", str(tmp_path / "cache")]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert main([*args, "--out", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("cached in") == 2, "the second comparison runs nothing"
+    assert (tmp_path / "a" / "runs.json").read_bytes() == (
+        tmp_path / "b" / "runs.json"
+    ).read_bytes()
+    link = tmp_path / "b" / "forgive-seed1"
+    assert link.is_symlink() and len(list(link.glob("h*.train.jsonl"))) == 4
+    assert main([*args, "--dask", "127.0.0.1:1", "--out", str(tmp_path / "c")]) == 2
+    assert "does not go with --dask" in capsys.readouterr().err
