@@ -16,6 +16,8 @@ from study import variants as v
 from study.claims import BY_KEY
 
 WORST_FABRIC = [x.name for x in v.VARIANTS if x.fabric == v.WORST and not x.companion]
+COLORS = {x.name: plt.get_cmap("tab20")(i % 20) for i, x in enumerate(v.VARIANTS)}
+"""One colour per variant, the same in every plot."""
 SAVINGS: tuple[tuple[str, str, str | None], ...] = (
     (v.FORGIVE, v.TIGHT, "time.forgive"),
     (v.FULL_BUDGET, v.TIGHT, "time.full"),
@@ -40,7 +42,7 @@ def plot_allreduce_cdfs(path: Path, runs: fg.Runs) -> None:
             times = fg.allreduce_times_ms(runs.get(name, ()), critical)
             if times:
                 ys = [(i + 1) / len(times) for i in range(len(times))]
-                ax.step(times, ys, where="post", label=name)
+                ax.step(times, ys, where="post", label=name, color=COLORS[name])
         ax.set_xscale("log")
         ax.set_xlabel("all-reduce time per rank, fabric ms (log)")
         ax.set_title("critical steps" if critical else "non-critical steps")
@@ -73,12 +75,13 @@ def plot_trims_per_fifth(path: Path, runs: fg.Runs) -> None:
     for i, (name, totals) in enumerate(names):
         trimmed = sum(t[fg.GRADIENT_TRIMMED] for t in totals)
         offset = [x - 0.4 + (i + 0.5) * width for x in xs]
-        top.bar(offset, [100 * t[fg.GRADIENT_TRIMMED] / trimmed for t in totals], width, label=name)
+        shares = [100 * t[fg.GRADIENT_TRIMMED] / trimmed for t in totals]
+        top.bar(offset, shares, width, label=name, color=COLORS[name])
         share = [
             100 * t[fg.FORGIVEN] / t[fg.GRADIENT_TRIMMED] if t[fg.GRADIENT_TRIMMED] else 0.0
             for t in totals
         ]
-        bottom.bar(offset, share, width, label=name)
+        bottom.bar(offset, share, width, label=name, color=COLORS[name])
     top.set_ylabel("% of the gradient bytes trimmed")
     top.set_title("Where in a step's all-reduce gradient trims happen (all steps, ranks, seeds)")
     if names:
