@@ -110,3 +110,27 @@ def test_bad_options_are_one_line_and_nothing_runs(
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_plan_gives_each_variant_its_fabric_seeds_job_and_detector():
+    from study.runs import Setup, plan
+    from study.variants import BY_NAME, FALSE, MISSED, NB_FORGIVE, wrong_steps
+    from topologies.fabric import preset
+    from topologies.runner import JOBS
+
+    setup = Setup(
+        worst=preset("note-4to1"), nonblocking=preset("note-1to1"), workload=JOBS["note"],
+        seeds=(1, 2, 3), baseline_seeds=(1, 2, 3, 4, 5),
+    )  # fmt: skip
+    planned = plan(setup, VARIANTS)
+    assert len(planned) == 2 * 5 + 13 * 3  # tight and dcqcn on five seeds, the rest on three
+    assert len({c for _, c in planned}) == len(planned)
+    by = {(v.name, c.seed): c for v, c in planned}
+    assert (
+        by[NB_FORGIVE, 2].fabric.name == "note-1to1" and by["forgive", 2].fabric.name == "note-4to1"
+    )
+    assert by["second-job:forgive", 1].companion == "dcqcn" and by["forgive", 1].companion is None
+    assert by[MISSED, 1].workload.misclassify == (1, 2, 3, 20)
+    assert by[FALSE, 1].workload.misclassify == (4, 6, 8, 10, 12, 14, 16, 18)
+    assert wrong_steps(None, 20) == () and BY_NAME["dcqcn"].baseline_seeds
+    assert all(c.engine == "sim" and c.workload.tp_group == 8 for _, c in planned)
