@@ -6,13 +6,16 @@ the model takes bits per second and bytes on its control socket. One call
 serves both, so a runner does not care which target it drives.
 
 BMv2 cannot share one line rate between a port's two queues: each priority
-queue is paced on its own, in packets. The closest it comes is to pace each
-queue in packets of the frames it carries: the data queue in full DATA frames
-(`REFERENCE_FRAME_BYTES`), the high queue in trimmed headers (58 bytes, the
-size of every FTH control packet too). Each queue then drains at the line rate
-in bytes; together they can exceed it by the high queue's bytes, which the
-model's shared line rate instead takes from the data queue (docs/dataplane.md
-measures the difference).
+queue is paced on its own, in packets. The closest setting gives each queue
+its share of the line in the packets it carries. The high queue is paced and
+sized in 58-byte packets (trimmed headers; FTH control packets are as long).
+The data queue is sized in full DATA frames (`REFERENCE_FRAME_BYTES`) and
+paced as if each one shared the line with one such 58-byte packet: at the
+emulation's rates a FORGIVE receiver answers every DATA packet with an ACK or
+NACK, and the symmetric collectives put about one control packet on a port
+per data packet, which the model's shared line rate takes from the data
+queue. docs/dataplane.md ("Queueing on the two targets") measures what
+remains.
 """
 
 from __future__ import annotations
@@ -36,18 +39,22 @@ class ShapingFailed(RuntimeError):
 
 
 def bmv2_commands(port: int, spec: PortSpec) -> list[str]:
-    """Per priority queue: its rate in packets/s and its depth in packets, counted in the
-    frames that queue carries (full DATA frames low, trimmed headers high)."""
+    """Per priority queue, its rate in packets/s and its depth in packets (see above)."""
     commands = []
-    for prio, frame, depth_bytes in (
-        (PRIO_LOW, REFERENCE_FRAME_BYTES, spec.low_queue_bytes),
-        (PRIO_HIGH, TRIMMED_FRAME_LEN, spec.high_queue_bytes),
+    for prio, paced, sized, depth_bytes in (
+        (
+            PRIO_LOW,
+            REFERENCE_FRAME_BYTES + TRIMMED_FRAME_LEN,
+            REFERENCE_FRAME_BYTES,
+            spec.low_queue_bytes,
+        ),
+        (PRIO_HIGH, TRIMMED_FRAME_LEN, TRIMMED_FRAME_LEN, spec.high_queue_bytes),
     ):
         if spec.rate_bps is not None:
-            pps = max(1, round(spec.rate_bps / (8 * frame)))
+            pps = max(1, round(spec.rate_bps / (8 * paced)))
             commands.append(f"set_queue_rate {pps} {port} {prio}")
         if depth_bytes is not None:
-            depth = max(1, math.ceil(depth_bytes / frame))
+            depth = max(1, math.ceil(depth_bytes / sized))
             commands.append(f"set_queue_depth {depth} {port} {prio}")
     return commands
 

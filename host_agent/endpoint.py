@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from host_agent.acks import ACK_DELAY, ACK_DELAY_PER_RTO, ACK_EVERY, AckCoalescer
-from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
+from host_agent.core import PROFILES, DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
 from host_agent.core.sender import MAX_TIMEOUTS
 from host_agent.events import (
     BoundViolation,
@@ -43,6 +43,7 @@ from host_agent.stats import (
     completion_violation,
     loss_budget,
 )
+from host_agent.timebins import TimeBins
 from host_agent.wire import FTH_LEN, MAX_DSCP, Dscp, Flag, MalformedPacket, Opcode, peek
 
 TRAFFIC_CLASSES: dict[str, Dscp] = {
@@ -59,6 +60,11 @@ UNLOCATED = "unlocated"
 
 Datagram = tuple[bytes, int, int, bytes]
 """(peer, DSCP, flow id, FTH bytes) of one packet to send."""
+TRIM_BIN_S = 1e-6
+"""The first width, in fabric seconds, of the bins a step's trims are counted in (they widen
+as the step goes on; host_agent.timebins)."""
+TRIM_FIELDS = ("trimmed_bytes", "gradient_trimmed_bytes", "forgiven_bytes")
+"""What `Endpoint.trim_profile` counts per part of a step, in this order."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,8 @@ class EndpointConfig:
     "fabric": inside the fabric), as the switches' asymmetric trim DSCP says. Every
     trimmed header received is counted under its location (`rx_trims_<location>`, and
     `rx_trims_unlocated` for a DSCP not listed); empty: trims are not located."""
+    dcqcn: str = "paper"
+    """The DCQCN profile (host_agent.core.dcqcn.PROFILES) of the sender and the notification point."""
 
     def validate(self) -> None:
         """Raise ValueError on the first bad setting."""
@@ -102,6 +110,8 @@ class EndpointConfig:
             raise ValueError("ack_every must be >= 1")
         if self.max_timeouts < 1:
             raise ValueError("max timeouts must be >= 1")
+        if self.dcqcn not in PROFILES:
+            raise ValueError(f"unknown DCQCN profile {self.dcqcn!r} (known: {', '.join(PROFILES)})")
 
 
 @dataclass(slots=True)
@@ -123,6 +133,8 @@ class _Receiving:
     first_arrival: float | None = None
     completed: bool = False
     forget_when_done: bool = False
+    trimmed_bytes: int = 0
+    """Bytes of the flow's DATA that reached this host as trimmed headers (the length fields)."""
 
 
 @dataclass(slots=True)
@@ -134,6 +146,9 @@ class _Step:
     p: float
     budget: int
     """floor(p * expected), computed here rather than read from the core."""
+    trims: TimeBins | None
+    """When the step's trimmed headers arrived (TRIM_FIELDS), from `begin_step` on; None once
+    the step is forgotten."""
     open_gradient_flows: int = 0
     shed: int = 0
     """Gradient bytes of this step shed at registration (they never come)."""
@@ -158,7 +173,7 @@ class Endpoint:
         self.log = log or StatsLog(None, "")
         self.warn = warn or _stderr
         p_low, p_high = self.policy.receiver_probabilities
-        dcqcn = DcqcnParams(line_rate_bps=config.line_rate_bps, time_scale=config.time_scale)
+        dcqcn = DcqcnParams.for_profile(config.dcqcn, config.line_rate_bps, config.time_scale)
         self.rx = ForgiveReceiver(
             ReceiverPolicy(
                 p_low=p_low,
@@ -208,7 +223,8 @@ class Endpoint:
         p_low, p_high = self.policy.receiver_probabilities
         p = p_low if critical else p_high
         expected = expected_gradient_bytes
-        self._steps[step] = _Step(critical, expected, p, loss_budget(p, expected))
+        trims = TimeBins(now, TRIM_BIN_S * self.config.time_scale, len(TRIM_FIELDS))
+        self._steps[step] = _Step(critical, expected, p, loss_budget(p, expected), trims)
         self.rx.begin_step(step, critical=critical, expected_bytes=expected_gradient_bytes)
         self.log.write(
             "step_begin", now, step=step, critical=critical, expected=expected_gradient_bytes
@@ -302,7 +318,11 @@ class Endpoint:
         """Drop the receive state of a finished step's flows once no sender can still need it.
 
         A flow of that step still arriving (a background burst) is dropped when it completes.
+        The step's trim profile goes too.
         """
+        info = self._steps.get(step)
+        if info is not None:
+            info.trims = None
         for flow_id, flow in list(self._receiving.items()):
             if flow.step != step:
                 continue
@@ -310,6 +330,15 @@ class Endpoint:
                 self._forget(flow_id)
             else:
                 flow.forget_when_done = True
+
+    def trim_profile(self, step: int, start: float, end: float, parts: int = 5) -> list[list[int]]:
+        """Per equal part of [start, end), the step's trimmed headers as TRIM_FIELDS: bytes
+        trimmed from any flow of the step, from its gradient flows, and of those the bytes
+        the receiver forgave at once. Trims before `start` count in the first part."""
+        info = self._steps.get(step)
+        if info is None or info.trims is None:
+            raise ValueError(f"step {step} was never begun or is forgotten")
+        return info.trims.split(start, end, parts)
 
     def step_state(self, step: int) -> dict[str, Any]:
         state = self.rx.step_state(step)
@@ -350,12 +379,15 @@ class Endpoint:
             self._drain_sender(now)
             return
         counters["rx_data"] += 1
+        flow = self._receiving.get(flow_id)
+        trimmed = flags & _TRIMMED and flow is not None
+        if trimmed:
+            before = self._forgiven(flow_id)
         replies = self.rx.receive(datagram, ce, now)
         if replies:
             offer, out = self.acks.offer, self._replies
             for reply in replies:
                 out.extend(offer(reply, peer, now, total))
-        flow = self._receiving.get(flow_id)
         located = flags & _TRIMMED and self._trim_keys
         if located:
             key = self._trim_keys.get(dscp, f"rx_trims_{UNLOCATED}")
@@ -366,9 +398,27 @@ class Endpoint:
             flow.peer = peer
             if located:
                 self._totals[flow.step][key] += 1
-            if flags & _TRIMMED and flow.traffic_class == "gradient":
-                self._check_step(flow.step, "trim", now)
+            if trimmed:
+                self._count_trim(flow, datagram, self._forgiven(flow_id) - before, now)
         self._drain_receiver(now)
+
+    def _forgiven(self, flow_id: int) -> int:
+        state = self.rx.flow_state(flow_id)
+        return 0 if state is None else state["forgiven_bytes"]
+
+    def _count_trim(
+        self, flow: _Receiving, datagram: bytes | memoryview, forgiven: int, now: float
+    ) -> None:
+        """A trimmed header of a registered flow: its bytes for the flow and the step's
+        profile, and the step's bound rechecked if it was gradient."""
+        length = peek(datagram)[2]
+        flow.trimmed_bytes += length
+        gradient = flow.traffic_class == "gradient"
+        info = self._steps.get(flow.step)
+        if info is not None and info.trims is not None:
+            info.trims.add(now, length, length if gradient else 0, forgiven)
+        if gradient:
+            self._check_step(flow.step, "trim", now)
 
     def datagrams_to_send(self, now: float, data: bool = True) -> list[Datagram]:
         """Replies released so far, then (unless `data` is False) the DATA due by `now`.
@@ -462,6 +512,7 @@ class Endpoint:
                 ce_marks=state["ce_marks"],
                 cnps_sent=state["cnps_sent"],
                 exemption_eligible=state["exemption_eligible"],
+                trimmed_bytes=flow.trimmed_bytes,
                 forgiven_ranges=(
                     tuple(self.rx.forgiven_ranges(flow_id)) if state["forgiven_bytes"] else ()
                 ),
@@ -559,6 +610,7 @@ _SEND_FIELDS = (
     "rate_cuts",
     "mode_changes",
     "exempt_time",
+    "obeying_again_time",
 )
 
 

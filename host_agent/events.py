@@ -34,6 +34,8 @@ class SendDone:
     rate_cuts: int
     mode_changes: int
     exempt_time: float
+    obeying_again_time: float = 0.0
+    """Time spent obeying congestion control after the flow's exemption first began."""
 
     kind = "send_done"
 
@@ -54,6 +56,8 @@ class RecvDone:
     ce_marks: int
     cnps_sent: int
     exemption_eligible: bool
+    trimmed_bytes: int = 0
+    """Bytes of the flow that arrived as trimmed headers (their length fields)."""
     forgiven_ranges: tuple[tuple[int, int], ...] = ()
     """The byte ranges forgiven (zero-filled in `payload`), for the run's loss record."""
     payload: bytes | None = None

@@ -17,6 +17,9 @@ import pytest
         ("host_agent.cli", ["--rto", "0.5", "--rto-max", "0.1"], "rto"),
         ("workload.train", ["--ranks", "10.0.0.1,10.0.0.1"], "own address"),
         ("workload.train", ["--detector", "oracle"], "unknown detector"),
+        ("host_agent.cli", ["--dcqcn", "ns3"], "unknown DCQCN profile 'ns3'"),
+        ("workload.train", ["--dcqcn", "ns3"], "unknown DCQCN profile 'ns3'"),
+        ("workload.train", ["--misclassify", "0,3"], "misclassify: step 0 is outside"),
         pytest.param(
             "host_agent.cli",
             ["--iface", "nosuch0", "--ip", "10.0.0.1"],

@@ -1,6 +1,7 @@
 import pytest
 
 from host_agent.core import AccordionDetector, StaticSchedule
+from host_agent.core.detector import Misclassifying
 
 
 def test_static_schedule_defaults_to_the_notes_steps():
@@ -40,3 +41,9 @@ def test_accordion_rejects_bad_input():
         AccordionDetector(threshold=0)
     with pytest.raises(ValueError, match="norm"):
         AccordionDetector().classify(1, -1.0)
+
+
+def test_a_misclassifying_detector_flips_only_the_steps_it_gets_wrong():
+    detector = Misclassifying(StaticSchedule(steps=20), frozenset({1, 5}))
+    verdicts = [detector.classify(step) for step in range(1, 21)]
+    assert [s for s, v in zip(range(1, 21), verdicts, strict=True) if v] == [2, 3, 5, 20]

@@ -122,6 +122,38 @@ def test_a_step_settled_by_arrivals_and_forgiveness_passes_every_check():
     assert [type(e) for e in events(endpoint)] == [RecvDone, RecvDone]
 
 
+def test_trims_are_profiled_over_the_step_with_what_vesting_forgave():
+    """Step 4 runs from 1.0 to 2.0: a trim early is refused (nothing vested), a trim late,
+    after 36 KiB arrived, is forgiven; a TP trim counts as trimmed but not gradient."""
+    endpoint = Endpoint(EndpointConfig(policy=parse_policy("forgive")), warn=lambda m: None)
+    endpoint.begin_step(4, False, 40960, 0.5)
+    endpoint.register_flow(1, 4, "gradient", 0.5)
+    endpoint.register_flow(2, 4, "gradient", 0.5)
+    endpoint.register_flow(3, 4, "tensor-parallel", 0.5)
+    endpoint.receive(trim(2, 0, 4096, 4096), PEER, False, 1.05)  # refused: nothing vested yet
+    endpoint.receive(trim(3, 0, 1000, 1000), PEER, False, 1.5)
+    for seq in range(0, 36864, 4096):
+        endpoint.receive(data(1, seq, 4096, 36864), PEER, False, 1.6)
+    endpoint.receive(trim(2, 0, 4096, 4096), PEER, False, 1.9)  # forgiven now
+    profile = endpoint.trim_profile(4, 1.0, 2.0)
+    assert profile == [[4096, 4096, 0], [0, 0, 0], [1000, 0, 0], [0, 0, 0], [4096, 4096, 4096]]
+    done = {e.flow: e for e in events(endpoint) if isinstance(e, RecvDone)}
+    assert done[2].trimmed_bytes == 8192 and done[1].trimmed_bytes == 0
+    endpoint.forget_step(4)
+    with pytest.raises(ValueError, match="forgotten"):
+        endpoint.trim_profile(4, 1.0, 2.0)
+
+
+@pytest.mark.parametrize(("profile", "window_end"), [("paper", True), ("nic", False)])
+def test_the_dcqcn_profile_reaches_both_halves_of_the_endpoint(profile, window_end):
+    endpoint = Endpoint(EndpointConfig(dcqcn=profile, line_rate_bps=1e9, time_scale=2.0))
+    assert endpoint.tx.params.profile == profile
+    assert endpoint.rx.policy.cnp_at_window_end is window_end
+    assert endpoint.rx.policy.cnp_interval == pytest.approx(2.0 * endpoint.tx.params.cnp_interval_s)
+    with pytest.raises(ValueError, match="unknown DCQCN profile"):
+        EndpointConfig(dcqcn="ns3").validate()
+
+
 def test_shedding_ends_agree_without_a_packet():
     sender, receiver = (Endpoint(EndpointConfig(policy=parse_policy("loose"))) for _ in range(2))
     shed = sent = 0

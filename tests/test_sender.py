@@ -127,6 +127,21 @@ def test_mode_follows_the_latest_report():
     assert tx.flow_state(1)["mode_changes"] == 4
 
 
+def test_time_obeying_again_counts_only_after_the_exemption_began():
+    """Obeying from the start is not obeying again; each later episode is, until the flow ends."""
+    tx = sender()
+    tx.open_flow(1, 4 * K, now=0.0)
+    reports = [(1.0, ELIGIBLE), (2.0, EXHAUSTED), (2.5, ELIGIBLE), (4.0, EXHAUSTED)]
+    for at, flags in reports:
+        tx.receive(ack(1, 0, 0, 0, flags), at)
+    state = tx.flow_state(1)
+    assert (state["exempt_time"], state["obeying_again_time"]) == (2.5, 0.5)
+    tx.receive(ack(1, 4 * K, 0, 0, EXHAUSTED), 7.0)  # the last ACK ends the flow, obeying
+    state = tx.flow_state(1)
+    assert state["done"] and state["mode_changes"] == 4
+    assert (state["exempt_time"], state["obeying_again_time"]) == (2.5, 3.5)
+
+
 def test_exempt_sender_ignores_cnps_and_trims_obeying_sender_cuts():
     tx = sender()
     tx.open_flow(1, 100 * K, now=0.0)

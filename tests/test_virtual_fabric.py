@@ -83,6 +83,31 @@ def test_shedding_ends_agree_in_virtual_time():
     assert all(f["grad_forgiven"] == 0 for f in final)
 
 
+def test_trim_profile_and_exemption_records(forgive_run):
+    """Every forgiven byte shows in its step's fifths; time obeying again only after toggles."""
+    sim, _, _, records = forgive_run
+    steps = [rec for recs in records for rec in recs if rec["type"] == "train_step"]
+    for s in steps:
+        fifths = s["trim_fifths"]
+        assert len(fifths) == 5
+        assert sum(f[2] for f in fifths) == s["grad_forgiven"]
+        assert all(0 <= f[2] <= f[1] <= f[0] for f in fifths)
+    assert sum(f[0] for s in steps for f in s["trim_fifths"]) > 0
+    for s in steps:  # every forgiveness happens while the all-reduce runs
+        assert sum(f[2] for f in s["allreduce_trim_fifths"]) == s["grad_forgiven"]
+    by_rank = {}
+    for s in steps:
+        by_rank.setdefault(s["rank"], []).append(s["ended"])
+    assert all(ends == sorted(ends) for ends in by_rank.values())
+    stats = [json.loads(line) for log in sim.logs for line in log.getvalue().splitlines()]
+    sends = [r for r in stats if r["type"] == "flow_send"]
+    assert all(r["obeying_again_time"] == 0 for r in sends if r["mode_changes"] < 2)
+    assert all(r["obeying_again_time"] >= 0 for r in sends)
+    recvs = [r for r in stats if r["type"] == "flow_recv"]
+    assert sum(r["trimmed_bytes"] for r in recvs) > 0
+    assert all(r["trimmed_bytes"] >= 0 for r in recvs)
+
+
 def test_virtual_time_writes_the_same_loss_record(forgive_run):
     _, _, _, records = forgive_run
     record = loss_record({f"h{i + 1}": recs for i, recs in enumerate(records)})

@@ -3,6 +3,7 @@
     forgive run      one policy and seed; prints its table, writes a results folder
     forgive compare  several policies times several seeds on the same fabric and workload
     forgive impact   what a results folder's recorded loss does to a real model (impact.cli)
+    forgive study    every result of the FORGIVE note, reproduced beside the note's (study.cli)
 
 Every option is checked before anything starts; a bad one is one line on stderr
 and exit status 2. Results (JSON, table, PNG plots, every host's records and
@@ -18,13 +19,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from host_agent.core import PROFILES
 from impact import cli as impact_cli
-from topologies.fabric import PRESETS, FabricError, FabricSpec, load, preset, with_scaling
+from study import cli as study_cli
+from topologies.cache import RunCache, link_runs, run_cached
+from topologies.fabric import PRESETS, FabricError, FabricSpec
+from topologies.options import fabric_from
 from topologies.report import write_results
 from topologies.runner import ENGINES, JOBS, RunConfig, RunError
-from topologies.scaling import Scaling, ScalingError
-from topologies.simulated import sim_scaling
-from topologies.sweep import run_all
+from topologies.sweep import run_all, run_one
 
 DEFAULT_POLICIES = ("tight", "forgive", "dcqcn", "shed")
 DEFAULT_SEEDS = (1, 2)
@@ -54,33 +57,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def _fabric(args: argparse.Namespace, engine: str = "mininet") -> FabricSpec:
-    name = args.fabric
-    spec = load(name) if Path(name).suffix.lower() == ".toml" else preset(name)
-    given = [
-        f"--{option} {value:g}"
-        for option, value in (
-            ("host-link-mbps", args.host_link_mbps),
-            ("byte-scale", args.byte_scale),
-        )
-        if value is not None
-    ]
-    if engine == "sim":
-        try:
-            return sim_scaling(spec, args.host_link_mbps, args.byte_scale)
-        except (ScalingError, FabricError) as err:
-            raise FabricError(f"{' '.join(given) or 'simulator scaling'}: {err}") from None
-    if not given:
-        return spec
-    try:
-        scaling = Scaling(
-            host_link_bps=spec.scaling.host_link_bps
-            if args.host_link_mbps is None
-            else args.host_link_mbps * 1e6,
-            byte_scale=spec.scaling.byte_scale if args.byte_scale is None else args.byte_scale,
-        )
-        return with_scaling(spec, scaling)
-    except (ScalingError, FabricError) as err:
-        raise FabricError(f"{' '.join(given)}: {err}") from None
+    return fabric_from(args.fabric, engine, args.host_link_mbps, args.byte_scale)
 
 
 def _seeds(text: str) -> list[int]:
@@ -121,6 +98,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--compute-ms", type=float, help=f"at fabric scale (default {defaults.compute_s * 1e3:g})"
     )
     parser.add_argument("--detector", default=defaults.detector, help="static or accordion")
+    parser.add_argument(
+        "--dcqcn",
+        default="paper",
+        help=f"DCQCN profile of every host: {' or '.join(PROFILES)} (default paper; docs/dcqcn.md)",
+    )
     parser.add_argument("--burst", action="store_true", help="background burst on step 2")
     parser.add_argument(
         "--placement",
@@ -169,7 +151,15 @@ def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
     fabric = _fabric(args, args.engine)
     configs = [
         RunConfig(
-            fabric, args.switch, policy, seed, workload, args.timeout, args.placement, args.engine
+            fabric,
+            args.switch,
+            policy,
+            seed,
+            workload,
+            args.timeout,
+            args.placement,
+            engine=args.engine,
+            dcqcn=args.dcqcn,
         )
         for policy in policies
         for seed in seeds
@@ -190,6 +180,10 @@ def _describe(config: RunConfig) -> str:
     )
 
 
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forgive", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -202,15 +196,25 @@ def main(argv: list[str] | None = None) -> int:
     cmp_p.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     cmp_p.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))
     cmp_p.add_argument(
+        "--cache",
+        type=Path,
+        metavar="DIR",
+        help="keep runs in this run cache and reuse those it has (forgive study's is results/runs)",
+    )
+    cmp_p.add_argument("--fresh", action="store_true", help="with --cache: rerun cached runs too")
+    cmp_p.add_argument(
         "--workers", type=int, default=1, help="runs in parallel processes (--engine sim)"
     )
     cmp_p.add_argument(
         "--dask", metavar="ADDRESS", help="run on this Dask scheduler (--engine sim)"
     )
     impact_cli.register(sub)
+    study_cli.register(sub)
     args = parser.parse_args(argv)
     if args.command == "impact":
         return impact_cli.main(args)
+    if args.command == "study":
+        return study_cli.main(args)
     try:
         if args.command == "run":
             policies, seeds = [args.policy], [args.seed]
@@ -225,13 +229,20 @@ def main(argv: list[str] | None = None) -> int:
             raise RunError(f"--workers must be >= 1, got {workers}")
         if (workers > 1 or dask) and args.engine != "sim":
             raise RunError("--workers and --dask need --engine sim (emulations share one host)")
+        if dask and getattr(args, "cache", None) is not None:
+            raise RunError("--cache keeps runs on this machine: it does not go with --dask")
     except (FabricError, RunError) as err:
         print(f"forgive: {err}", file=sys.stderr)
         return 2
     out = args.out or Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{configs[0].fabric.name}"
     print(_describe(configs[0]), file=sys.stderr)
     try:
-        runs = run_all(configs, out, workers=workers, dask=dask)
+        if getattr(args, "cache", None) is not None:
+            cache = RunCache(args.cache)
+            runs = run_cached(configs, cache, run_one, fresh=args.fresh, workers=workers, say=_say)
+            link_runs(out, configs, cache)
+        else:
+            runs = run_all(configs, out, workers=workers, dask=dask)
     except RunError as err:
         print(f"forgive: {err}", file=sys.stderr)
         return 1

@@ -63,9 +63,34 @@ def _steps(train: dict[str, list[dict[str, Any]]]) -> list[StepResult]:
                 forgiven_bytes=sum(r["grad_forgiven"] + r["grad_shed"] for r in recs),
                 budget_bytes=sum(r["grad_budget"] for r in recs),
                 bound_held=all(r["bound_held"] for r in recs),
+                misclassified=any(r.get("misclassified", False) for r in recs),
+                trim_fifths=_sum_fifths([r["trim_fifths"] for r in recs if "trim_fifths" in r]),
+                allreduce_trim_fifths=_sum_fifths(
+                    [r["allreduce_trim_fifths"] for r in recs if "allreduce_trim_fifths" in r]
+                ),
+                ended_s=max((r["ended"] for r in recs if "ended" in r), default=None),
             )
         )
     return steps
+
+
+def _sum_fifths(per_rank: list[list[list[int]]]) -> list[list[int]] | None:
+    """Element-wise sum of the ranks' per-fifth counters; None when no rank recorded them."""
+    if not per_rank:
+        return None
+    return [[sum(col) for col in zip(*rows, strict=True)] for rows in zip(*per_rank, strict=True)]
+
+
+def _exemption(sends: list[dict[str, Any]]) -> dict[str, float]:
+    """A flow's first mode change begins its exemption; every second one after it is a
+    return to obeying congestion control."""
+    exempt = [r for r in sends if r["mode_changes"] >= 1]
+    return {
+        "exempt_flows": len(exempt),
+        "obeyed_again_flows": sum(1 for r in exempt if r["mode_changes"] >= 2),
+        "obeying_again_episodes": sum(r["mode_changes"] // 2 for r in exempt),
+        "obeying_again_s": sum(r.get("obeying_again_time", 0.0) for r in exempt),
+    }
 
 
 def loss_record(train: dict[str, list[dict[str, Any]]]) -> LossRecord:
@@ -159,6 +184,11 @@ def collect(
         switch_counters={k: dict(v) for k, v in switch_counters.items()},
         timeline=list(timeline),
         loss=loss.to_json(),
+        exemption=_exemption(sends),
+        trimmed_bytes={
+            "eligible": sum(r.get("trimmed_bytes", 0) for r in recvs if r["exemption_eligible"]),
+            "other": sum(r.get("trimmed_bytes", 0) for r in recvs if not r["exemption_eligible"]),
+        },
         accounting={
             "flow_bytes_sent": sum(r["bytes"] for r in sends),
             "flow_bytes_received": sum(r["received_bytes"] for r in recvs),

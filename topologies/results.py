@@ -29,6 +29,16 @@ class StepResult:
     forgiven_bytes: int
     budget_bytes: int
     bound_held: bool
+    misclassified: bool = False
+    """The detector's verdict on this step was wrong on purpose (`critical` is the verdict)."""
+    trim_fifths: list[list[int]] | None = None
+    """Per fifth of the step, summed over the receiving ranks: bytes trimmed, of those from
+    gradient flows, and of those forgiven at once (host_agent.endpoint.TRIM_FIELDS)."""
+    allreduce_trim_fifths: list[list[int]] | None = None
+    """The same per fifth of the step's all-reduce, the span its loss budget is open (trims
+    before it count in the first fifth)."""
+    ended_s: float | None = None
+    """When the last rank finished the step, on the run's clock (shared by its hosts)."""
 
 
 @dataclass
@@ -63,6 +73,16 @@ class RunResult:
     trims_located: dict[str, int] = field(default_factory=dict)
     """Trimmed headers the receivers saw, by where their DSCP says they were trimmed ("host":
     on a host downlink, the last hop; "fabric"; "unlocated"); empty without asymmetric DSCP."""
+    exemption: dict[str, float] = field(default_factory=dict)
+    """Over the flows sent: `exempt_flows` (exempt at least once), `obeyed_again_flows` (of
+    those, obeying congestion control again later), `obeying_again_episodes` and
+    `obeying_again_s` (their number and total time, on the run's clock)."""
+    trimmed_bytes: dict[str, int] = field(default_factory=dict)
+    """Bytes that reached receivers as trimmed headers, from `eligible` (exemption-eligible)
+    flows and from `other` flows."""
+    companion: dict[str, Any] | None = None
+    """A second training job that shared the fabric (RunConfig.companion): its own RunResult
+    as JSON, collected from its hosts' records; the switch counters are the fabric's."""
 
     @property
     def gradient_bytes(self) -> int:

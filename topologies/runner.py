@@ -29,6 +29,7 @@ import grpc
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import parse as parse_description
 from controller.topology import switch_port_mac
+from host_agent.core import PROFILES
 from host_agent.policies import parse_policy
 from switch_model.surface import PortCounters
 from topologies.collect import collect, read_jsonl
@@ -65,6 +66,8 @@ class Workload:
     detector: str = "static"
     burst: bool = False
     """A background burst (class other) from the last rank to rank 0 on step 2."""
+    misclassify: tuple[int, ...] = ()
+    """Steps the detector gets wrong on purpose (TrainingConfig.misclassify)."""
 
 
 JOBS: dict[str, Workload] = {
@@ -90,6 +93,11 @@ class RunConfig:
     on different leaves and cross the (oversubscribed) uplinks; 'packed' fills one leaf
     after another, which keeps most of the ring inside a leaf."""
     engine: str = "mininet"
+    dcqcn: str = "paper"
+    """The DCQCN profile every host runs (host_agent.core.dcqcn)."""
+    companion: str | None = None
+    """The policy of a second job of the same shape on the other half of the hosts, or None:
+    the first job takes the first half of the ranks' hosts, the second the rest."""
 
     def validate(self) -> None:
         """Refuse a bad configuration before anything is started (one-line RunError)."""
@@ -103,9 +111,16 @@ class RunConfig:
             raise RunError(
                 f"--placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
             )
+        if self.dcqcn not in PROFILES:
+            raise RunError(f"--dcqcn must be one of {', '.join(PROFILES)}, got {self.dcqcn!r}")
+        if self.companion is not None and self.fabric.host_count < 4:
+            raise RunError("a second job needs a fabric of at least 4 hosts (2 per job)")
         try:
             parse_policy(self.policy)
-            self.training_config(plan(self.fabric), rank=0).validate()
+            if self.companion is not None:
+                parse_policy(self.companion)
+            for job in range(len(self.jobs(plan(self.fabric)))):
+                self.training_config(plan(self.fabric), rank=0, job=job).validate()
         except ValueError as err:
             raise RunError(str(err)) from None
         if self.switch == "bmv2" and self.engine == "mininet":
@@ -118,9 +133,9 @@ class RunConfig:
             if not artifact.exists():
                 raise RunError(f"{artifact} is missing: run `make p4`")
 
-    def training_config(self, fabric_plan: Plan, rank: int) -> TrainingConfig:
+    def training_config(self, fabric_plan: Plan, rank: int, job: int = 0) -> TrainingConfig:
         sc, wl = self.fabric.scaling, self.workload
-        ranks = tuple(h.ip for h in self.rank_hosts(fabric_plan))
+        ranks = tuple(h.ip for h in self.jobs(fabric_plan)[job][1])
         return TrainingConfig(
             ranks=ranks,
             rank=rank,
@@ -135,6 +150,7 @@ class RunConfig:
             burst_bytes=sc.size(wl.grad_bytes) * 2,
             burst_src=len(ranks) - 1,
             burst_dst=0,
+            misclassify=wl.misclassify,
             seed=self.seed,
         )
 
@@ -146,6 +162,16 @@ class RunConfig:
         hosts = fabric_plan.hosts
         leaves = [hosts[i : i + per_leaf] for i in range(0, len(hosts), per_leaf)]
         return [leaf[k] for k in range(per_leaf) for leaf in leaves]
+
+    def jobs(self, fabric_plan: Plan) -> list[tuple[str, list[Host]]]:
+        """(policy, hosts in rank order) of each training job: one, or two with a companion.
+        Halving the interleaved order gives each job hosts on every leaf, so both cross the
+        same uplinks."""
+        hosts = self.rank_hosts(fabric_plan)
+        if self.companion is None:
+            return [(self.policy, hosts)]
+        half = len(hosts) // 2
+        return [(self.policy, hosts[:half]), (self.companion, hosts[half : 2 * half])]
 
 
 def require_root() -> None:
@@ -244,8 +270,10 @@ class FabricRun:
         self.plan = plan(config.fabric)
         self.out_dir = out_dir
         self.log_dir = out_dir / "logs"
-        self.train_files = {h.name: out_dir / f"{h.name}.train.jsonl" for h in self.plan.hosts}
-        self.stats_files = {h.name: out_dir / f"{h.name}.agent.jsonl" for h in self.plan.hosts}
+        self.jobs = config.jobs(self.plan)
+        hosts = [h for _, job_hosts in self.jobs for h in job_hosts]
+        self.train_files = {h.name: out_dir / f"{h.name}.train.jsonl" for h in hosts}
+        self.stats_files = {h.name: out_dir / f"{h.name}.agent.jsonl" for h in hosts}
         self.label = label or f"{config.policy} seed {config.seed}"
         self.net = None
         self.controller = None
@@ -306,15 +334,18 @@ class FabricRun:
             self.controller.apply()
 
     def start(self) -> None:
-        """One `forgive-train` per rank, on its host, logging to its own file."""
-        for rank, host in enumerate(self.config.rank_hosts(self.plan)):
-            command = _trainer_command(
-                self.config, self.plan, rank, self.train_files, self.stats_files
-            )
-            with open(self.log_dir / f"{host.name}.log", "wb") as log:
-                proc = self.net.get(host.name).popen(command, stdout=log, stderr=subprocess.STDOUT)
-            self.trainers[host.name] = proc
-            self._stack.callback(stop_process, proc, timeout=5)
+        """One `forgive-train` per rank of each job, on its host, logging to its own file."""
+        for job, (_, hosts) in enumerate(self.jobs):
+            for rank, host in enumerate(hosts):
+                command = _trainer_command(
+                    self.config, self.plan, rank, self.train_files, self.stats_files, job
+                )
+                with open(self.log_dir / f"{host.name}.log", "wb") as log:
+                    proc = self.net.get(host.name).popen(
+                        command, stdout=log, stderr=subprocess.STDOUT
+                    )
+                self.trainers[host.name] = proc
+                self._stack.callback(stop_process, proc, timeout=5)
 
     def run(self) -> None:
         """Sample the switches until every trainer has finished; fail at once, in one line,
@@ -353,15 +384,8 @@ class FabricRun:
 
     def result(self) -> RunResult:
         """What the run measured, from the records it left (after `run`)."""
-        return collect(
-            policy=self.config.policy,
-            seed=self.config.seed,
-            fabric=self.config.fabric.name,
-            time_scale=self.config.fabric.scaling.time_scale,
-            train_files=self.train_files,
-            stats_files=self.stats_files,
-            switch_counters=self.counters,
-            timeline=self.timeline,
+        return collect_jobs(
+            self.config, self.jobs, self.train_files, self.stats_files, self.counters, self.timeline
         )
 
     # -- watching the switches -------------------------------------------------------
@@ -423,18 +447,49 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else "empty log"
 
 
+def collect_jobs(
+    config: RunConfig,
+    jobs: list[tuple[str, list[Host]]],
+    train_files: dict[str, Path],
+    stats_files: dict[str, Path],
+    counters: dict[str, dict[str, int]],
+    timeline: list[dict[str, Any]],
+) -> RunResult:
+    """The first job's RunResult, with the second job's (if any) as its companion; the
+    switches' counters and timeline are the whole fabric's in both."""
+    results = [
+        collect(
+            policy=policy,
+            seed=config.seed,
+            fabric=config.fabric.name,
+            time_scale=config.fabric.scaling.time_scale,
+            train_files={h.name: train_files[h.name] for h in hosts},
+            stats_files={h.name: stats_files[h.name] for h in hosts},
+            switch_counters=counters,
+            timeline=timeline,
+        )
+        for policy, hosts in jobs
+    ]
+    first = results[0]
+    if len(results) > 1:
+        first.companion = results[1].to_json()
+    return first
+
+
 def _trainer_command(
     config: RunConfig,
     fabric_plan: Plan,
     rank: int,
     train_files: dict[str, Path],
     stats_files: dict[str, Path],
+    job: int = 0,
 ) -> list[str]:
-    host = config.rank_hosts(fabric_plan)[rank]
-    cfg = config.training_config(fabric_plan, rank)
+    policy, hosts = config.jobs(fabric_plan)[job]
+    host = hosts[rank]
+    cfg = config.training_config(fabric_plan, rank, job)
     agent = agent_settings(config, fabric_plan)
     cmd = [sys.executable, "-m", "workload.train", "--iface", f"{host.name}-eth0"]
-    cmd += ["--policy", config.policy]
+    cmd += ["--policy", policy, "--dcqcn", agent["dcqcn"]]
     cmd += ["--line-rate", str(agent["line_rate_bps"])]
     cmd += ["--time-scale", str(agent["time_scale"])]
     cmd += ["--rto", f"{agent['rto']:.6f}", "--rto-max", f"{agent['rto_max']:.6f}"]
@@ -449,7 +504,7 @@ def _trainer_command(
 def agent_settings(
     config: RunConfig, fabric_plan: Plan, link_delay_s: float = 0.0
 ) -> dict[str, Any]:
-    """Every host's NIC rate, timer stretch and timeouts, and what the switches' trim DSCPs
+    """Every host's NIC rate, timer stretch and timeouts, DCQCN profile, and what the switches' trim DSCPs
     say of where a trim happened, whichever engine runs it; `link_delay_s` is each link's
     propagation delay (none on veths)."""
     sc = config.fabric.scaling
@@ -460,6 +515,7 @@ def agent_settings(
         "rto": rto,
         "rto_max": 10 * rto,
         "trim_locations": fabric_plan.fabric().trim_locations(),
+        "dcqcn": config.dcqcn,
     }
 
 

@@ -25,12 +25,11 @@ from controller.topology import parse as parse_description
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
-from topologies.collect import collect
 from topologies.fabric import FabricSpec, plan, with_scaling
 from topologies.results import RunResult
-from topologies.runner import Progress, RunConfig, RunError, agent_settings
+from topologies.runner import Progress, RunConfig, RunError, agent_settings, collect_jobs
 from topologies.scaling import FABRIC_HOST_LINK_BPS, Scaling
-from topologies.virtual import SimulationError, VirtualFabric, sim_endpoints, train
+from topologies.virtual import Job, SimulationError, VirtualFabric, sim_endpoints, train_jobs
 
 DEFAULT_BYTE_SCALE = 64.0
 """Bytes divided by this at the fabric's own rates: the note's 64-rank, 20-step job then runs
@@ -71,11 +70,18 @@ def run_simulated(
     )
     time_scale = config.fabric.scaling.time_scale
     settings = agent_settings(config, fabric_plan, LINK_DELAY_S * time_scale)
-    host = HostConfig(
-        endpoint=EndpointConfig(policy=parse_policy(config.policy), seed=config.seed, **settings)
-    )
     index = {h.name: i for i, h in enumerate(fabric_plan.hosts)}
-    placement = [index[h.name] for h in config.rank_hosts(fabric_plan)]
+    job_hosts = config.jobs(fabric_plan)
+    jobs = [
+        Job(
+            config.training_config(fabric_plan, rank=0, job=j),
+            [index[h.name] for h in hosts],
+            HostConfig(
+                endpoint=EndpointConfig(policy=parse_policy(policy), seed=config.seed, **settings)
+            ),
+        )
+        for j, (policy, hosts) in enumerate(job_hosts)
+    ]
     out_dir.mkdir(parents=True, exist_ok=True)
     train_files = {h.name: out_dir / f"{h.name}.train.jsonl" for h in fabric_plan.hosts}
     stats_files = {h.name: out_dir / f"{h.name}.agent.jsonl" for h in fabric_plan.hosts}
@@ -91,7 +97,8 @@ def run_simulated(
         ]
         outs = [
             stack.enter_context(open(train_files[fabric_plan.hosts[i].name], "w", encoding="utf-8"))
-            for i in placement
+            for job in jobs
+            for i in job.placement
         ]
 
         def sampler(sim: VirtualFabric, ranks):
@@ -110,13 +117,11 @@ def run_simulated(
 
         started = time.perf_counter()
         try:
-            sim, ranks, _ = train(
-                config.training_config(fabric_plan, rank=0),
+            sim, ranks, _ = train_jobs(
+                jobs,
                 fabric,
-                host,
                 delay_s=LINK_DELAY_S * time_scale,
                 limit_s=config.timeout_s,
-                placement=placement,
                 logs=logs,
                 outs=outs,
                 watch=sampler,
@@ -143,13 +148,4 @@ def run_simulated(
             f"{first.totals['bound_violations']} bound violations"
         )
         raise RunError(f"{len(failed)} rank(s) failed, rank {first.cfg.rank}: {reason}")
-    return collect(
-        policy=config.policy,
-        seed=config.seed,
-        fabric=config.fabric.name,
-        time_scale=time_scale,
-        train_files=train_files,
-        stats_files=stats_files,
-        switch_counters=counters,
-        timeline=timeline,
-    )
+    return collect_jobs(config, job_hosts, train_files, stats_files, counters, timeline)

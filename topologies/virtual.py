@@ -26,7 +26,7 @@ scheduled, so one seed gives the same run, byte for byte.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import IO
 
@@ -112,8 +112,9 @@ def forwarding(fabric: Fabric, switch: str, p4info) -> Forwarding:
 class VirtualFabric:
     """Hosts and switches of one fabric description, driven in SimPy's virtual time.
 
-    `host` is every host's configuration; its endpoint's `line_rate_bps` is the
-    NIC rate (each host's own address and gateway are filled in here). Switch
+    `host` is every host's configuration, or one per host in host order; its
+    endpoint's `line_rate_bps` is the NIC rate (each host's own address and
+    gateway are filled in here). Switch
     ports take their rate and queue sizes from the description, as the
     controller shapes them; `delay_s` is every link's propagation delay.
     """
@@ -121,7 +122,7 @@ class VirtualFabric:
     def __init__(
         self,
         fabric: Fabric,
-        host: HostConfig,
+        host: HostConfig | Sequence[HostConfig],
         *,
         delay_s: float,
         seed: int = 0,
@@ -141,9 +142,14 @@ class VirtualFabric:
         self.logs = logs if logs is not None else [io.StringIO() for _ in self.attachments]
         """Each host's statistics (JSON lines), in host order."""
         self.hosts: list[Host] = []
+        configs = [host] * len(self.attachments) if isinstance(host, HostConfig) else list(host)
+        if len(configs) != len(self.attachments):
+            raise SimulationError(
+                f"{len(configs)} host configurations for {len(self.attachments)} hosts"
+            )
         for i, where in enumerate(self.attachments):
             config = replace(
-                host,
+                configs[i],
                 ip=where.ip,
                 gateway_mac=_mac_text(switch_port_mac(where.switch, where.port)),
             )
@@ -386,6 +392,63 @@ def star(
     )
 
 
+@dataclass(frozen=True)
+class Job:
+    """One training job of a run: its configuration, the host of each rank, its hosts' agents."""
+
+    cfg: TrainingConfig
+    placement: list[int]
+    """Rank r runs on host placement[r]."""
+    host: HostConfig
+
+
+def train_jobs(
+    jobs: Sequence[Job],
+    fabric: Fabric,
+    *,
+    delay_s: float = 2e-6,
+    limit_s: float = 600.0,
+    logs: list[IO[str]] | None = None,
+    outs: list[IO[str]] | None = None,
+    watch: Callable[[VirtualFabric, list[Rank]], Generator] | None = None,
+) -> tuple[VirtualFabric, list[Rank], list[IO[str]]]:
+    """Run training jobs side by side on one fabric, each on its own hosts, until all end.
+
+    Ranks come back job after job, in rank order, and so do `outs`; a host no job uses
+    runs the first job's agent configuration and stays idle. The fabric's randomness
+    is seeded by the first job's seed."""
+    where = host_ports(fabric)
+    owner: dict[int, Job] = {}
+    for job in jobs:
+        for i in job.placement:
+            if i in owner:
+                raise SimulationError(f"host {where[i].name} is in two jobs")
+            owner[i] = job
+    configs = [
+        replace(j.host, endpoint=replace(j.host.endpoint, seed=j.cfg.seed))
+        for j in (owner.get(i, jobs[0]) for i in range(len(where)))
+    ]
+    sim = VirtualFabric(fabric, configs, delay_s=delay_s, seed=jobs[0].cfg.seed, logs=logs)
+    if outs is None:
+        outs = [io.StringIO() for job in jobs for _ in job.placement]
+    ranks = []
+    for job in jobs:
+        ranks_cfg = replace(job.cfg, ranks=tuple(where[i].ip for i in job.placement))
+        ranks_cfg.validate()
+        for r, i in enumerate(job.placement):
+            out = outs[len(ranks)]
+            rank = Rank(replace(ranks_cfg, rank=r), sim.hosts[i].endpoint, out, sim.warnings.append)
+            sim.apps[i].append(rank)
+            ranks.append(rank)
+    for rank in ranks:
+        rank.start(sim.now)
+    sim.start()
+    if watch is not None:
+        sim.env.process(watch(sim, ranks))
+    sim.run(lambda: all(r.finished for r in ranks), limit_s)
+    return sim, ranks, outs
+
+
 def train(
     cfg: TrainingConfig,
     fabric: Fabric,
@@ -403,25 +466,13 @@ def train(
     Each host's statistics go to `logs` (in host order) and each rank's records to `outs`
     (in rank order), in memory unless given; `watch(sim, ranks)`, if given, runs beside them
     as a SimPy process (to sample counters). Returns the fabric, the ranks and `outs`."""
-    where = host_ports(fabric)
-    order = list(range(len(where))) if placement is None else placement
-    ranks_cfg = replace(cfg, ranks=tuple(where[i].ip for i in order))
-    ranks_cfg.validate()
-    endpoint = replace(host.endpoint, seed=cfg.seed)
-    sim = VirtualFabric(
-        fabric, replace(host, endpoint=endpoint), delay_s=delay_s, seed=cfg.seed, logs=logs
+    order = list(range(len(host_ports(fabric)))) if placement is None else placement
+    return train_jobs(
+        [Job(cfg, order, host)],
+        fabric,
+        delay_s=delay_s,
+        limit_s=limit_s,
+        logs=logs,
+        outs=outs,
+        watch=watch,
     )
-    if outs is None:
-        outs = [io.StringIO() for _ in order]
-    ranks = []
-    for r, i in enumerate(order):
-        rank = Rank(replace(ranks_cfg, rank=r), sim.hosts[i].endpoint, outs[r], sim.warnings.append)
-        sim.apps[i].append(rank)
-        ranks.append(rank)
-    for rank in ranks:
-        rank.start(sim.now)
-    sim.start()
-    if watch is not None:
-        sim.env.process(watch(sim, ranks))
-    sim.run(lambda: all(r.finished for r in ranks), limit_s)
-    return sim, ranks, outs

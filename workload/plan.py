@@ -59,6 +59,8 @@ class TrainingConfig:
     """Bytes each rank sends to the next pipeline stage (rank + 1) per step; 0: none."""
     detector: str = "static"
     """'static' (steps 1, 2, 3 and the last are critical) or 'accordion' (synthetic norms)."""
+    misclassify: tuple[int, ...] = ()
+    """Steps on which the detector's verdict is wrong on purpose (core.detector.Misclassifying)."""
     burst_step: int | None = None
     """Step on which a background burst (class other) runs beside the all-reduce; None: none."""
     burst_bytes: int = 8 << 20
@@ -89,7 +91,8 @@ class TrainingConfig:
             value = values.get(f.name)
             if f.name != "ranks" and value is not None and not _fits(value, f.type):
                 raise ValueError(f"training setting {f.name} = {value!r} is not {f.type}")
-        cfg = cls(**{**values, "ranks": tuple(ranks)})
+        misclassify = values.get("misclassify", ())
+        cfg = cls(**{**values, "ranks": tuple(ranks), "misclassify": tuple(misclassify)})
         cfg.validate()
         return cfg
 
@@ -123,6 +126,9 @@ class TrainingConfig:
             raise ValueError("compute time and TP/PP sizes must be >= 0")
         if self.detector not in ("static", "accordion"):
             raise ValueError(f"unknown detector {self.detector!r} (known: static, accordion)")
+        outside = [s for s in self.misclassify if not 1 <= s <= self.steps]
+        if outside:
+            raise ValueError(f"misclassify: step {outside[0]} is outside 1..{self.steps}")
         if self.burst_step is not None:
             if not 1 <= self.burst_step <= self.steps:
                 raise ValueError("burst step outside the run")
@@ -136,6 +142,8 @@ def _fits(value: Any, type_name: str) -> bool:
     """Whether a JSON value suits a field annotated `type_name` (int, float, str, or None)."""
     if isinstance(value, bool):
         return False
+    if type_name.startswith("tuple"):
+        return isinstance(value, list | tuple) and all(_fits(v, "int") for v in value)
     if "float" in type_name:
         return isinstance(value, int | float)
     if "int" in type_name:

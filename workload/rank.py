@@ -28,7 +28,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
-from host_agent.core import AccordionDetector, CriticalRegimeDetector, StaticSchedule
+from host_agent.core import (
+    AccordionDetector,
+    CriticalRegimeDetector,
+    Misclassifying,
+    StaticSchedule,
+)
 from host_agent.endpoint import Endpoint
 from host_agent.events import (
     BoundViolation,
@@ -58,9 +63,12 @@ class _Wait:
 
 
 def make_detector(cfg: TrainingConfig) -> CriticalRegimeDetector:
-    if cfg.detector == "accordion":
-        return AccordionDetector()
-    return StaticSchedule(steps=cfg.steps)
+    detector: CriticalRegimeDetector = (
+        AccordionDetector() if cfg.detector == "accordion" else StaticSchedule(steps=cfg.steps)
+    )
+    if cfg.misclassify:
+        return Misclassifying(detector, frozenset(cfg.misclassify))
+    return detector
 
 
 def classify(detector: CriticalRegimeDetector, norms: list[float], step: int) -> bool:
@@ -340,6 +348,12 @@ class Rank:
             grad_forgiven=state["forgiven"],
             grad_shed=shed,
             grad_retransmitted=retx,
+            misclassified=step in self.cfg.misclassify,
+            ended=now,
+            trim_fifths=self.endpoint.trim_profile(step, self.marks["start"], now),
+            allreduce_trim_fifths=self.endpoint.trim_profile(
+                step, self.marks["allreduce"], self.marks["barrier"]
+            ),
         )
         self.endpoint.forget_step(step - 1)
         self.steps_done = step

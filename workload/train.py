@@ -35,7 +35,10 @@ def training_arguments(parser: argparse.ArgumentParser) -> None:
         if f.name in _SPECIAL:
             continue
         flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
-        kind = float if "float" in f.type else int if "int" in f.type else str
+        if f.type.startswith("tuple"):
+            kind = _int_list
+        else:
+            kind = float if "float" in f.type else int if "int" in f.type else str
         scale = f.metadata.get("scale")
         default = f.default / scale if scale else f.default
         parser.add_argument(
@@ -45,6 +48,16 @@ def training_arguments(parser: argparse.ArgumentParser) -> None:
             default=argparse.SUPPRESS,
             help=f"default {default}",
         )
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    """A comma-separated list of integers, as `--misclassify 1,2,3` gives it."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers separated by commas: {text!r}"
+        ) from None
 
 
 def training_config(args: argparse.Namespace) -> TrainingConfig:

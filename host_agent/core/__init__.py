@@ -5,7 +5,12 @@ switch model's tests and any simulator drive these same objects.
 """
 
 from host_agent.core.dcqcn import PROFILES, DcqcnParams, DcqcnRate, NicDcqcnRate, new_rate
-from host_agent.core.detector import AccordionDetector, CriticalRegimeDetector, StaticSchedule
+from host_agent.core.detector import (
+    AccordionDetector,
+    CriticalRegimeDetector,
+    Misclassifying,
+    StaticSchedule,
+)
 from host_agent.core.receiver import ForgiveReceiver, ReceiverPolicy
 from host_agent.core.sender import EXEMPT, OBEYING, ForgiveSender
 
@@ -19,6 +24,7 @@ __all__ = [
     "DcqcnRate",
     "ForgiveReceiver",
     "ForgiveSender",
+    "Misclassifying",
     "NicDcqcnRate",
     "ReceiverPolicy",
     "StaticSchedule",

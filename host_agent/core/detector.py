@@ -73,3 +73,17 @@ class AccordionDetector:
                     change = abs(self._previous - total) / max(self._previous, 1e-300)
                     self._critical = change >= self.threshold
         return self._critical
+
+
+@dataclass(frozen=True)
+class Misclassifying:
+    """Another detector's verdicts, wrong on the given steps: the note leaves open what a real
+    detector's mistakes cost, so a run can make them on purpose. On a step of `wrong` a
+    critical step is taken as non-critical (its bytes forgiven at P_high) or the reverse
+    (its time saving given up)."""
+
+    inner: CriticalRegimeDetector
+    wrong: frozenset[int]
+
+    def classify(self, step: int, norm: float | None = None) -> bool:
+        return self.inner.classify(step, norm) != (step in self.wrong)

@@ -88,6 +88,9 @@ class TxFlow:
     mode_changes: int = 0
     exempt_since: float | None = None
     exempt_time: float = 0.0
+    obeying_again_since: float | None = None
+    obeying_again_time: float = 0.0
+    """Time spent obeying congestion control after the flow's exemption first began."""
     finished: float | None = None
 
     def has_work(self) -> bool:
@@ -114,6 +117,7 @@ class TxFlow:
             "rate_cuts": self.rate.cuts,
             "mode_changes": self.mode_changes,
             "exempt_time": self.exempt_time,
+            "obeying_again_time": self.obeying_again_time,
             "opened": self.opened,
             "finished": self.finished,
         }
@@ -360,9 +364,13 @@ class ForgiveSender:
 
     @staticmethod
     def _end_exemption_clock(flow: TxFlow, now: float) -> None:
+        """Stop whichever clock runs: time exempt, or time obeying again after an exemption."""
         if flow.exempt_since is not None:
             flow.exempt_time += now - flow.exempt_since
             flow.exempt_since = None
+        if flow.obeying_again_since is not None:
+            flow.obeying_again_time += now - flow.obeying_again_since
+            flow.obeying_again_since = None
 
     # -- feedback --------------------------------------------------------------
 
@@ -418,10 +426,11 @@ class ForgiveSender:
         if mode != flow.cc_mode:
             flow.mode_changes += 1
             flow.cc_mode = mode
+            self._end_exemption_clock(flow, now)
             if mode == EXEMPT:
                 flow.exempt_since = now
             else:
-                self._end_exemption_clock(flow, now)
+                flow.obeying_again_since = now
                 if flags & _ECE:
                     flow.rate.reduce(now)
 

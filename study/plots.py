@@ -1,0 +1,137 @@
+"""The study's plots: all-reduce time CDFs per variant, trims per fifth of a step, and the time
+each variant saves against its baseline with its seed range beside the note's."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from study import figures as fg
+from study import variants as v
+from study.claims import BY_KEY
+
+WORST_FABRIC = [x.name for x in v.VARIANTS if x.fabric == v.WORST and not x.companion]
+COLORS = {x.name: plt.get_cmap("tab20")(i % 20) for i, x in enumerate(v.VARIANTS)}
+"""One colour per variant, the same in every plot."""
+SAVINGS: tuple[tuple[str, str, str | None], ...] = (
+    (v.FORGIVE, v.TIGHT, "time.forgive"),
+    (v.FULL_BUDGET, v.TIGHT, "time.full"),
+    (v.P025, v.TIGHT, "time.P0.25"),
+    (v.P0, v.TIGHT, "time.P0"),
+    (v.NO_EXEMPTION, v.TIGHT, "time.no-exemption"),
+    (v.SHED, v.TIGHT, "time.shed"),
+    (v.LOOSE, v.TIGHT, "time.loose"),
+    (v.DCQCN, v.TIGHT, "time.dcqcn"),
+    (v.NB_FORGIVE, v.NB_TIGHT, "nb.time"),
+    (v.CO_FORGIVE, v.CO_TIGHT, "second-job.first"),
+    (v.MISSED, v.TIGHT, None),
+    (v.FALSE, v.TIGHT, None),
+)
+"""(variant, baseline, the claim holding the note's range) of each bar."""
+
+
+def plot_allreduce_cdfs(path: Path, runs: fg.Runs) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    for ax, critical in zip(axes, (True, False), strict=True):
+        for name in WORST_FABRIC:
+            times = fg.allreduce_times_ms(runs.get(name, ()), critical)
+            if times:
+                ys = [(i + 1) / len(times) for i in range(len(times))]
+                ax.step(times, ys, where="post", label=name, color=COLORS[name])
+        ax.set_xscale("log")
+        ax.set_xlabel("all-reduce time per rank, fabric ms (log)")
+        ax.set_title("critical steps" if critical else "non-critical steps")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("fraction of all-reduces (every rank, step and seed)")
+    if axes[1].get_legend_handles_labels()[0]:
+        axes[1].legend(fontsize=8)
+    fig.suptitle("All-reduce completion times on the worst fabric")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_trims_per_fifth(path: Path, runs: fg.Runs) -> None:
+    """Per variant, each fifth of the steps' all-reduces (the span the loss budget is open):
+    its share of the gradient bytes trimmed, and the share of those forgiven in it, summed
+    over steps, ranks and seeds."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    names = []
+    for name in WORST_FABRIC:
+        rows = [f for r in runs.get(name, ()) if (f := fg.fifths(r)) is not None]
+        if not rows:
+            continue
+        totals = [[sum(r[k][c] for r in rows) for c in range(3)] for k in range(fg.FIFTHS)]
+        if not sum(t[fg.GRADIENT_TRIMMED] for t in totals):
+            continue
+        names.append((name, totals))
+    width = 0.8 / max(1, len(names))
+    xs = range(1, fg.FIFTHS + 1)
+    for i, (name, totals) in enumerate(names):
+        trimmed = sum(t[fg.GRADIENT_TRIMMED] for t in totals)
+        offset = [x - 0.4 + (i + 0.5) * width for x in xs]
+        shares = [100 * t[fg.GRADIENT_TRIMMED] / trimmed for t in totals]
+        top.bar(offset, shares, width, label=name, color=COLORS[name])
+        share = [
+            100 * t[fg.FORGIVEN] / t[fg.GRADIENT_TRIMMED] if t[fg.GRADIENT_TRIMMED] else 0.0
+            for t in totals
+        ]
+        bottom.bar(offset, share, width, label=name, color=COLORS[name])
+    top.set_ylabel("% of the gradient bytes trimmed")
+    top.set_title("Where in a step's all-reduce gradient trims happen (all steps, ranks, seeds)")
+    if names:
+        top.legend(fontsize=7, ncol=3)
+    bottom.set_ylabel("% of trimmed gradient bytes forgiven")
+    bottom.set_xlabel("fifth of the step's all-reduce")
+    bottom.set_xticks(list(xs))
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_time_saved(path: Path, runs: fg.Runs) -> None:
+    """Training time saved against each variant's baseline: the median over seeds as a bar,
+    the seeds' range as an error bar, the note's range as a black line where it has one."""
+    rows = []
+    for name, baseline, claim in SAVINGS:
+        saved = [-x for x in fg.time_change(runs, name, baseline).values() if x is not None]
+        if saved:
+            rows.append((f"{name} vs {baseline}", sorted(saved), claim))
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.5))
+    for y, (_, saved, claim) in enumerate(rows):
+        mid = statistics.median(saved)
+        ax.barh(y, mid, color="tab:blue", alpha=0.7)
+        ax.errorbar(mid, y, xerr=[[mid - saved[0]], [saved[-1] - mid]], color="tab:blue", capsize=3)
+        note = BY_KEY[claim].note if claim else None
+        if note is not None and None not in note:
+            lo, hi = sorted(-x for x in note)  # type: ignore[operator]
+            ax.plot([lo, hi], [y, y], color="black", lw=4, solid_capstyle="butt")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([label for label, _, _ in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_xlabel("training time saved, % (bar: median over seeds, whiskers: range; black: note)")
+    ax.set_title("Time saved per variant")
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_all(folder: Path, runs: fg.Runs) -> list[Path]:
+    paths = [
+        folder / "allreduce_cdf.png",
+        folder / "trims_per_fifth.png",
+        folder / "time_saved.png",
+    ]
+    plot_allreduce_cdfs(paths[0], runs)
+    plot_trims_per_fifth(paths[1], runs)
+    plot_time_saved(paths[2], runs)
+    return paths

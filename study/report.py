@@ -1,0 +1,112 @@
+"""The study's table (each claim, the note's value and paragraph, this study's seed range and
+the verdict), its JSON, and where they go in the output folder."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from study.claims import WITHIN, Verdict, number
+from study.figures import Runs
+from topologies.results import render_table
+
+VERDICT_RULE = (
+    "direction: the median over seeds lies on the side of the reference the note claims (or "
+    "inside its band); x2: the median's distance from 0 (ratios: log distance from 1) is "
+    "within a factor of two of the note's mid-range value, or for a band every seed lies within "
+    "twice it; n/a: the note gives no number; -: no run measured it."
+)
+
+
+def _range(values: Mapping[int, float | None]) -> str:
+    present = [x for x in values.values() if x is not None]
+    if not present:
+        return "-"
+    lo, hi = number(min(present)), number(max(present))
+    span = lo if lo == hi else f"{lo}..{hi}"
+    return f"{span} ({len(present)})"
+
+
+def _mark(value: bool | None, claimed: bool) -> str:
+    if value is None:
+        return "n/a" if claimed else "-"
+    return "yes" if value else "NO"
+
+
+def _claimed(verdict: Verdict) -> str:
+    c = verdict.claim
+    if c.direction == WITHIN:
+        lo, hi = c.reference  # type: ignore[misc]
+        return f"within {lo:g}..{hi:+g}"
+    ref = c.reference
+    return f"{c.direction} {ref:g}" if isinstance(ref, float | int) else f"{c.direction} [{ref}]"
+
+
+def format_table(verdicts: Sequence[Verdict]) -> str:
+    """One row per claim, then the quotes by row number and the verdict rule."""
+    keys = {v.claim.key: i for i, v in enumerate(verdicts, 1)}
+    header = ["figure", "note", "claims", "this study (seeds)", "median", "direction", "x2"]
+    rows = [header]
+    for i, v in enumerate(verdicts, 1):
+        claimed = _claimed(v)
+        for key, n in keys.items():
+            claimed = claimed.replace(f"[{key}]", f"#{n}")
+        rows.append(
+            [
+                f"{i:>2} {v.claim.figure}",
+                v.claim.note_text(),
+                claimed,
+                _range(v.values),
+                "-" if v.median is None else number(v.median),
+                _mark(v.direction, claimed=False),
+                _mark(v.magnitude, claimed=v.median is not None),
+            ]
+        )
+    quotes = [f'[{i}] {v.claim.where}: "{v.claim.quote}"' for i, v in enumerate(verdicts, 1)]
+    return "\n".join([render_table(rows), "", *quotes, "", VERDICT_RULE])
+
+
+def to_json(verdicts: Sequence[Verdict], runs: Runs, meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **meta,
+        "variants": {name: sorted(r.seed for r in rs) for name, rs in runs.items()},
+        "claims": [
+            {
+                "key": v.claim.key,
+                "figure": v.claim.figure,
+                "where": v.claim.where,
+                "quote": v.claim.quote,
+                "note": None if v.claim.note is None else list(v.claim.note),
+                "claims": _claimed(v),
+                "values": {str(seed): x for seed, x in v.values.items()},
+                "median": v.median,
+                "direction": v.direction,
+                "magnitude": v.magnitude,
+            }
+            for v in verdicts
+        ],
+    }
+
+
+def summary_line(verdicts: Sequence[Verdict]) -> str:
+    judged = [v for v in verdicts if v.direction is not None]
+    sized = [v for v in verdicts if v.magnitude is not None]
+    return (
+        f"direction reproduced on {sum(bool(v.direction) for v in judged)} of {len(judged)} "
+        f"figures measured; magnitude within a factor of two on "
+        f"{sum(bool(v.magnitude) for v in sized)} of {len(sized)} with a number in the note"
+    )
+
+
+def write(folder: Path, verdicts: Sequence[Verdict], runs: Runs, meta: Mapping[str, Any]) -> str:
+    """table.txt, study.json and the plots; returns the table."""
+    folder.mkdir(parents=True, exist_ok=True)
+    table = format_table(verdicts) + "\n\n" + summary_line(verdicts)
+    (folder / "table.txt").write_text(table + "\n")
+    (folder / "study.json").write_text(json.dumps(to_json(verdicts, runs, meta), indent=1))
+    from study.plots import plot_all  # matplotlib only once there is something to plot
+
+    plot_all(folder, runs)
+    return table

@@ -1,0 +1,132 @@
+"""Runs kept by configuration and seed, so that no command repeats a run it already has.
+
+A run's folder in the cache is named for its policy, seed and a key: a hash of
+everything that decides what the run does (the RunConfig without its timeout,
+and CACHE_VERSION). The engine writes the run's host records into that folder;
+`result.json` (the RunResult) is written last, atomically, so a folder without
+it is a run that never finished, and it is run again. `forgive study` always
+keeps its runs here; `forgive compare --cache DIR` does too, and links each
+run's folder into its results folder, so the two share runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from topologies.results import RunResult
+from topologies.runner import RunConfig
+
+CACHE_VERSION = 1
+"""Raise it when what a run records changes, so that older runs are not taken for new ones."""
+RESULT = "result.json"
+CONFIG = "config.json"
+
+
+def config_doc(config: RunConfig) -> dict[str, Any]:
+    """What decides a run: the configuration without its timeout, and the cache version."""
+    doc = asdict(config)
+    doc.pop("timeout_s")
+    return {"cache_version": CACHE_VERSION, **doc}
+
+
+def run_key(config: RunConfig) -> str:
+    text = json.dumps(config_doc(config), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class RunCache:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def folder(self, config: RunConfig) -> Path:
+        return self.root / f"{config.policy}-seed{config.seed}-{run_key(config)}"
+
+    def get(self, config: RunConfig) -> RunResult | None:
+        """The stored result of this exact configuration, or None."""
+        folder = self.folder(config)
+        try:
+            stored = json.loads((folder / CONFIG).read_text())
+            doc = json.loads((folder / RESULT).read_text())
+        except (OSError, ValueError):
+            return None
+        if stored != json.loads(json.dumps(config_doc(config))):
+            return None  # a hash collision, or a folder edited by hand
+        return RunResult.from_json(doc)
+
+    def put(self, config: RunConfig, result: RunResult) -> None:
+        folder = self.folder(config)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / CONFIG).write_text(json.dumps(config_doc(config), indent=1, sort_keys=True))
+        tmp = folder / f".{RESULT}.tmp"
+        tmp.write_text(json.dumps(result.to_json()))
+        os.replace(tmp, folder / RESULT)
+
+
+Runner = Callable[..., RunResult]
+"""Runs one configuration: `runner(config, folder, label)`, and in a worker process
+`runner(config, folder, label, False)` (no progress line rewritten in place)."""
+
+
+def run_cached(
+    configs: Sequence[RunConfig],
+    cache: RunCache,
+    runner: Runner,
+    *,
+    fresh: bool = False,
+    workers: int = 1,
+    say: Callable[[str], None] = lambda line: None,
+) -> list[RunResult]:
+    """Every configuration's result, in order: from the cache where it has one (unless
+    `fresh`), else run into its cache folder and stored the moment it ends, so an
+    interrupted sequence resumes where it stopped. `workers` > 1 runs them in that many
+    processes (the runner must then be a module-level function)."""
+    labels = [f"[{i}/{len(configs)}] {c.policy} seed {c.seed}" for i, c in enumerate(configs, 1)]
+    results: list[RunResult | None] = [None] * len(configs)
+    todo = []
+    for i, config in enumerate(configs):
+        cached = None if fresh else cache.get(config)
+        if cached is None:
+            todo.append(i)
+        else:
+            say(f"{labels[i]}: cached in {cache.folder(config)}")
+            results[i] = cached
+    if workers <= 1:
+        for i in todo:
+            results[i] = runner(configs[i], cache.folder(configs[i]), labels[i])
+            cache.put(configs[i], results[i])
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {
+                pool.submit(runner, configs[i], cache.folder(configs[i]), labels[i], False): i
+                for i in todo
+            }
+            try:
+                for future in as_completed(futures):
+                    i = futures[future]
+                    results[i] = future.result()
+                    cache.put(configs[i], results[i])
+                    say(f"{labels[i]}: done")
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+    return [r for r in results if r is not None]
+
+
+def link_runs(out: Path, configs: Sequence[RunConfig], cache: RunCache) -> None:
+    """`out/<policy>-seed<n>` as a link to each run's cache folder: a results folder's layout."""
+    out.mkdir(parents=True, exist_ok=True)
+    for config in configs:
+        link = out / f"{config.policy}-seed{config.seed}"
+        if link.is_symlink() or link.exists():
+            if not link.is_symlink():
+                continue  # a real folder of an earlier run: leave it
+            link.unlink()
+        link.symlink_to(cache.folder(config).resolve(), target_is_directory=True)
