@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
-.PHONY: setup run test lint format bench bench-agent bench-bmv2 bench-switch clean p4 ptf
+.PHONY: setup run test lint format bench bench-agent bench-bmv2 bench-switch clean p4 p4-tna ptf
 
 setup: $(STAMP_PIP)
 
@@ -24,7 +24,7 @@ $(STAMP_APT): Makefile
 
 $(STAMP_PIP): $(STAMP_APT) pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,impact]'
 	@touch $@
 
 # The main job: the default comparison of policies on the switch model (root: Mininet).
@@ -69,6 +69,31 @@ p4:
 	$(P4C) --arch v1model --std p4-16 -o $(P4_OUT)/forgive.json \
 	    --p4runtime-files $(P4_OUT)/forgive.p4info.txt p4src/forgive.p4
 	mv $(P4_OUT)/forgive.p4info.txt $(P4_OUT)/forgive.p4info.txtpb
+
+# The Tofino program (p4src/tna/forgive.p4) through bf-p4c, the open Tofino backend
+# of p4c, for Tofino 1 and 2. Each target's full output (tofino.bin, context.json,
+# bf-rt.json) and the P4Runtime device config packed from it (what bf_switchd
+# loads) stay in $(TNA_OUT)/TARGET/compiler, untracked; the P4Info and the
+# compiler's resource summaries (mau.resources.log: stages, SRAM, TCAM per stage;
+# pa.results.log: PHV) are copied beside it and committed.
+BF_P4C ?= bf-p4c
+TNA_OUT ?= p4src/tna/build
+TNA_TARGETS ?= tofino tofino2
+p4-tna: setup
+	@set -e; for target in $(TNA_TARGETS); do \
+	    case $$target in tofino) arch=tna ;; tofino2) arch=t2na ;; \
+	        *) echo "p4-tna: unknown target $$target" >&2; exit 1 ;; esac; \
+	    out=$(TNA_OUT)/$$target; rm -rf $$out/compiler; mkdir -p $$out/compiler; \
+	    echo "bf-p4c --target $$target --arch $$arch -> $$out"; \
+	    $(BF_P4C) --target $$target --arch $$arch --std p4-16 --verbose 1 \
+	        -o $$out/compiler --bf-rt-schema $$out/compiler/bf-rt.json \
+	        --p4runtime-files $$out/compiler/forgive.p4info.txt --p4runtime-force-std-externs \
+	        p4src/tna/forgive.p4; \
+	    cp $$out/compiler/forgive.p4info.txt $$out/forgive.p4info.txtpb; \
+	    cp $$out/compiler/pipe/logs/mau.resources.log $$out/mau.resources.log; \
+	    cp $$out/compiler/pipe/logs/pa.results.log $$out/pa.results.log; \
+	    $(BIN)/python -m controller.tofino_pipeline $(TNA_OUT) $$target >/dev/null; \
+	done
 
 # The PTF suite against BMv2 alone (needs root and simple_switch_grpc).
 ptf: setup

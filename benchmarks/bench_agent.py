@@ -11,7 +11,9 @@ above what the receiving process can absorb fills its socket and turns into
 timeouts, so the run tries a few line rates as fractions of the measured
 ceiling and reports each. Those runs keep no payload at the receiver (like the
 bare receiver); one more run at the best rate keeps it, as deliveries need.
-Needs root: `make bench-agent`.
+`--compare DIR` runs another checkout's agent (e.g. `git worktree add /tmp/old
+main`) right after each of this tree's, at the same line rate, so the two are
+measured side by side in one run. Needs root: `make bench-agent`.
 """
 
 from __future__ import annotations
@@ -106,7 +108,14 @@ def measure_tcp(lab: Lab, a, b, seconds: float) -> float:
 
 
 def measure_agent(
-    lab: Lab, a, b, size: int, line_rate: float, tag: str, keep_payload: bool
+    lab: Lab,
+    a,
+    b,
+    size: int,
+    line_rate: float,
+    tag: str,
+    keep_payload: bool,
+    root: Path = ROOT,
 ) -> tuple[float, dict]:
     clients = []
     for host in (a, b):
@@ -114,6 +123,8 @@ def measure_agent(
         sock = lab.workdir / f"{tag}-{host.name}.sock"
         lab.spawn(
             host.ns,
+            "env",
+            f"PYTHONPATH={root}",
             "taskset",
             "-c",
             SENDER_CPU if host is a else RECEIVER_CPU,
@@ -160,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flow-mb", type=int, default=128, help="agent flow size, MiB")
     parser.add_argument("--tcp-seconds", type=float, default=4.0)
     parser.add_argument(
+        "--compare", type=Path, help="another checkout whose agent runs beside this one's"
+    )
+    parser.add_argument(
         "--rate-fractions",
         default="1.0,1.5,2.0,3.0",
         help="agent line rates to try, as fractions of the raw ceiling",
@@ -172,36 +186,42 @@ def main(argv: list[str] | None = None) -> int:
         tcp = measure_tcp(lab, a, b, args.tcp_seconds)
         print(f"kernel TCP (iperf3): {tcp / 1e9:6.2f} Gbit/s")
         raws: list[float] = []
-        paired: list[float] = []
-        best, best_fraction = 0.0, 1.0
+        trees = {"agent": ROOT, **({"compared": args.compare.resolve()} if args.compare else {})}
+        paired: dict[str, list[float]] = {name: [] for name in trees}
+        best = dict.fromkeys(trees, 0.0)
+        best_fraction = 1.0
         runs = [(float(f), False) for f in args.rate_fractions.split(",")]
         for i, (fraction, keep) in enumerate(runs):
             # A raw measurement right before each agent run: the machine's load drifts.
             raw = measure_raw(lab, a, b, args.frames)
             raws.append(raw)
-            goodput, event = measure_agent(
-                lab, a, b, args.flow_mb << 20, max(raws) * fraction, f"agent{i}", keep
-            )
-            if not keep:
-                paired.append(goodput / raw)
-                if goodput > best:
-                    best, best_fraction = goodput, fraction
-            print(
-                f"raw {raw / 1e9:5.2f} Gbit/s | agent, line rate {fraction:4.2f} x ceiling"
-                f"{', payload kept' if keep else ''}: {goodput / 1e9:5.2f} Gbit/s"
-                f" = {goodput / raw:5.1%} of the raw run before it"
-                f" (retransmitted {event['retransmitted_bytes']} B, RTOs {event['rtos']},"
-                f" receiver socket drops {event['receiver_socket_drops']})"
-            )
+            for name, root in trees.items():
+                goodput, event = measure_agent(
+                    lab, a, b, args.flow_mb << 20, max(raws) * fraction, f"{name}{i}", keep, root
+                )
+                if not keep:
+                    paired[name].append(goodput / raw)
+                    if goodput > best[name]:
+                        best[name] = goodput
+                        if name == "agent":
+                            best_fraction = fraction
+                print(
+                    f"raw {raw / 1e9:5.2f} Gbit/s | {name}, line rate {fraction:4.2f} x ceiling"
+                    f"{', payload kept' if keep else ''}: {goodput / 1e9:5.2f} Gbit/s"
+                    f" = {goodput / raw:5.1%} of the raw run before it"
+                    f" (retransmitted {event['retransmitted_bytes']} B, RTOs {event['rtos']},"
+                    f" receiver socket drops {event['receiver_socket_drops']})"
+                )
             if i == len(runs) - 1 and not keep:
                 runs.append((best_fraction, True))
         ceiling = max(raws)
         print(f"raw-socket ceiling (best of {len(raws)} runs): {ceiling / 1e9:.2f} Gbit/s")
-        print(
-            f"best agent / raw ceiling = {best / ceiling:.2f}"
-            f"   median paired agent / raw = {statistics.median(paired):.2f}"
-            f"   best agent / kernel TCP = {best / tcp:.2f}   (target: agent >= 0.70 x raw)"
-        )
+        for name, root in trees.items():
+            print(
+                f"{name} ({root}): best / raw ceiling = {best[name] / ceiling:.2f}"
+                f"   median paired / raw = {statistics.median(paired[name]):.2f}"
+                f"   best / kernel TCP = {best[name] / tcp:.2f}   (target: >= 0.70 x raw)"
+            )
     finally:
         lab.close()
     return 0

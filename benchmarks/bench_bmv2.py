@@ -132,12 +132,13 @@ def measure(frame: bytes, seconds: float) -> float:
 
 
 def configure_forgive(grpc_addr: str) -> object:
-    from ptf_tests.p4rt import SwitchSession, Thresholds
+    from ptf_tests.p4rt import SwitchSession
+    from switch_model.surface import PMAX_ONE, Thresholds
 
-    session = SwitchSession(grpc_addr, str(P4INFO), str(DEVICE_CONFIG))
+    session = SwitchSession(grpc_addr, P4INFO, DEVICE_CONFIG)
     session.route("10.0.2.0/24", NHOP_MAC, 2)
     # managed port, limits out of reach: every admission test runs, nothing trims or marks
-    session.set_thresholds(2, Thresholds(1 << 31, 1 << 30, 1 << 30, 65536))
+    session.set_thresholds(2, Thresholds(1 << 31, 1 << 30, 1 << 30, PMAX_ONE))
     return session
 
 

@@ -12,29 +12,29 @@ header ethernet_t {
 struct headers_t { ethernet_t ethernet; }
 struct metadata_t { }
 
-parser MyParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
-                inout standard_metadata_t standard_metadata) {
+parser MinimalParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
+                     inout standard_metadata_t standard_metadata) {
     state start {
         packet.extract(hdr.ethernet);
         transition accept;
     }
 }
 
-control MyVerifyChecksum(inout headers_t hdr, inout metadata_t meta) { apply { } }
+control MinimalVerifyChecksum(inout headers_t hdr, inout metadata_t meta) { apply { } }
 
-control MyIngress(inout headers_t hdr, inout metadata_t meta,
-                  inout standard_metadata_t standard_metadata) {
+control MinimalIngress(inout headers_t hdr, inout metadata_t meta,
+                       inout standard_metadata_t standard_metadata) {
     apply { standard_metadata.egress_spec = 2; }
 }
 
-control MyEgress(inout headers_t hdr, inout metadata_t meta,
-                 inout standard_metadata_t standard_metadata) { apply { } }
+control MinimalEgress(inout headers_t hdr, inout metadata_t meta,
+                      inout standard_metadata_t standard_metadata) { apply { } }
 
-control MyComputeChecksum(inout headers_t hdr, inout metadata_t meta) { apply { } }
+control MinimalComputeChecksum(inout headers_t hdr, inout metadata_t meta) { apply { } }
 
-control MyDeparser(packet_out packet, in headers_t hdr) {
+control MinimalDeparser(packet_out packet, in headers_t hdr) {
     apply { packet.emit(hdr.ethernet); }
 }
 
-V1Switch(MyParser(), MyVerifyChecksum(), MyIngress(), MyEgress(), MyComputeChecksum(),
-         MyDeparser()) main;
+V1Switch(MinimalParser(), MinimalVerifyChecksum(), MinimalIngress(), MinimalEgress(),
+         MinimalComputeChecksum(), MinimalDeparser()) main;

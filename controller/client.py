@@ -1,12 +1,19 @@
-"""A P4Runtime connection to one switch that survives the switch restarting.
+"""The project's one P4Runtime client: a connection to one switch that survives its restart.
 
-Built on the p4runtime protobufs and grpcio directly rather than on
+The controller, the PTF suite, the tests and the benchmarks all drive switches
+through `SwitchClient`, naming tables and counters through `P4InfoIndex`.
+It is built on the p4runtime protobufs and grpcio directly rather than on
 p4runtime-shell: the shell keeps one global connection, its client calls
 sys.exit when a handshake fails, and its batch-error iterator (0.0.6) never
 returns once a batch mixes succeeded and failed updates. A controller of
 several switches needs none of that. Every call that finds the switch gone
 reconnects (new channel, new arbitration) and retries once, so a restarted
 switch is picked up without restarting the controller.
+
+Only writers arbitrate. Every forgive controller asks for the same election
+id, so a second writer to a switch is refused (`NotPrimary`) instead of
+silently taking the switch over; a reader (`connect(primary=False)`) opens no
+stream at all, since P4Runtime serves Read to any client.
 """
 
 from __future__ import annotations
@@ -27,8 +34,16 @@ log = logging.getLogger(__name__)
 _Get = p4runtime_pb2.GetForwardingPipelineConfigRequest
 
 
+ELECTION_ID = 1
+"""What every writer asks for: equal ids make the switch refuse the second one."""
+
+
 class SwitchUnreachable(ConnectionError):
     """The switch did not answer, or would not make this controller its primary."""
+
+
+class NotPrimary(SwitchUnreachable):
+    """Another controller holds the switch: this one may read but not write."""
 
 
 class WriteFailed(RuntimeError):
@@ -49,7 +64,9 @@ def batch_errors(err: grpc.RpcError) -> list[tuple[int, str, str]]:
                 error = p4runtime_pb2.Error()
                 if packed.Unpack(error) and error.canonical_code != code_pb2.OK:
                     errors.append((i, code_pb2.Code.Name(error.canonical_code), error.message))
-            return errors
+            if errors:
+                return errors
+    # No trailer, or one cut short before the first failure: the status message says it all.
     return [(-1, err.code().name, err.details() or "write failed")]
 
 
@@ -58,20 +75,24 @@ class SwitchClient:
     name: str
     address: str
     device_id: int = 1
-    election_id: int = 1
+    election_id: int = ELECTION_ID
     timeout: float = 5.0
 
     def __post_init__(self):
         self.channel: grpc.Channel | None = None
         self.stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
+        self.primary = True
         self._outbox: queue.Queue | None = None
+        self._receiver: threading.Thread | None = None
         self._lost = threading.Event()
 
     # -- connection ------------------------------------------------------------------
 
-    def connect(self) -> None:
-        """Open the channel and become primary, or raise SwitchUnreachable."""
+    def connect(self, primary: bool = True) -> None:
+        """Open the channel and, for a writer, become primary; raise SwitchUnreachable
+        (NotPrimary when another controller holds the switch)."""
         self.close()
+        self.primary = primary
         self.channel = grpc.insecure_channel(self.address)
         try:
             grpc.channel_ready_future(self.channel).result(timeout=self.timeout)
@@ -81,8 +102,12 @@ class SwitchClient:
                 f"switch {self.name} at {self.address} did not answer within {self.timeout:g} s"
             ) from None
         self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
-        self._outbox = queue.Queue()
         self._lost.clear()
+        if primary:
+            self._arbitrate()
+
+    def _arbitrate(self) -> None:
+        self._outbox = queue.Queue()
         replies: queue.Queue = queue.Queue()
         outbox = self._outbox
 
@@ -101,31 +126,44 @@ class SwitchClient:
             finally:
                 self._lost.set()
 
-        threading.Thread(target=receive, name=f"p4rt-{self.name}", daemon=True).start()
+        self._receiver = threading.Thread(target=receive, name=f"p4rt-{self.name}", daemon=True)
+        self._receiver.start()
         request = p4runtime_pb2.StreamMessageRequest()
         request.arbitration.device_id = self.device_id
-        request.arbitration.election_id.high = self.election_id >> 64
-        request.arbitration.election_id.low = self.election_id & ((1 << 64) - 1)
+        request.arbitration.election_id.CopyFrom(self._election())
         outbox.put(request)
         try:
             reply = replies.get(timeout=self.timeout)
         except queue.Empty:
             reply = None
+        where = f"switch {self.name} at {self.address}"
+        if isinstance(reply, grpc.RpcError) and reply.code() == grpc.StatusCode.INVALID_ARGUMENT:
+            # the election id we ask for is taken: another forgive controller is connected
+            self.close()
+            raise NotPrimary(
+                f"{where}: not primary, another controller holds election id "
+                f"{self.election_id}; stop it before writing"
+            )
         if not isinstance(reply, p4runtime_pb2.StreamMessageResponse):
             detail = reply.details() if isinstance(reply, grpc.RpcError) else "no answer"
             self.close()
-            raise SwitchUnreachable(f"switch {self.name} at {self.address}: arbitration: {detail}")
+            raise SwitchUnreachable(f"{where}: arbitration: {detail}")
         if reply.arbitration.status.code != code_pb2.OK:
             self.close()
-            raise SwitchUnreachable(
-                f"switch {self.name} at {self.address}: not primary "
-                f"({reply.arbitration.status.message})"
+            raise NotPrimary(
+                f"{where}: not primary ({reply.arbitration.status.message}); "
+                "stop that controller before writing"
             )
 
     def close(self) -> None:
+        """End the stream (waiting for the switch to drop it, so the election id is free for
+        the next connection) and the channel; safe to call twice."""
         if self._outbox is not None:
             self._outbox.put(None)
             self._outbox = None
+        if self._receiver is not None:
+            self._receiver.join(timeout=self.timeout)
+            self._receiver = None
         if self.channel is not None:
             self.channel.close()
             self.channel = None
@@ -133,14 +171,14 @@ class SwitchClient:
     def _call(self, fn: Callable):
         """Run fn(); if the switch went away, reconnect once and run it again."""
         if self.channel is None or self._lost.is_set():
-            self.connect()
+            self.connect(self.primary)
         try:
             return fn()
         except grpc.RpcError as err:
             if err.code() != grpc.StatusCode.UNAVAILABLE:
                 raise
         log.info("switch %s went away; reconnecting", self.name)
-        self.connect()
+        self.connect(self.primary)
         return fn()
 
     def _election(self) -> p4runtime_pb2.Uint128:
@@ -181,6 +219,15 @@ class SwitchClient:
             if err.code() != grpc.StatusCode.UNKNOWN:
                 raise
             raise WriteFailed(batch_errors(err)) from None
+
+    def insert(self, entries: Iterable[p4runtime_pb2.TableEntry]) -> None:
+        """Insert table entries in one batch (WriteFailed names the updates that failed)."""
+        updates = []
+        for entry in entries:
+            update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
+            update.entity.table_entry.CopyFrom(entry)
+            updates.append(update)
+        self.write(updates)
 
     def read(self, entities: Iterable[p4runtime_pb2.Entity]) -> list[p4runtime_pb2.Entity]:
         request = p4runtime_pb2.ReadRequest(device_id=self.device_id, entities=list(entities))

@@ -17,20 +17,27 @@ from pathlib import Path
 import grpc
 from p4.v1 import p4runtime_pb2
 
+from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, entry_key, load_p4info
 from controller.shaping import apply_shaping, check_shaping_channel
 from controller.topology import Fabric
+from controller.trimming import DSCP_FROM_TC
+from switch_model import surface
+from switch_model.surface import DEFAULT_TRIMMING, PortCounters
 
-LPM_TABLE = "MyIngress.ipv4_lpm"
-ECMP_TABLE = "MyIngress.ecmp_nhop"
-THRESHOLD_TABLE = "MyIngress.port_thresholds"
-COUNTERS = (
-    "MyEgress.port_tx",
-    "MyIngress.port_ce_marks",
-    "MyIngress.port_trims",
-    "MyIngress.port_drops",
+TABLES = (
+    surface.THRESHOLD_TABLE,
+    surface.TRIM_ELIGIBILITY_TABLE,
+    surface.TRIM_ACL_TABLE,
+    surface.TRIM_DSCP_TABLE,
+    surface.TRIM_QUEUE_TABLE,
+    surface.ECMP_TABLE,
+    surface.LPM_TABLE,
 )
+"""In the order entries are inserted: an ECMP route after its group's members."""
+DEFAULT_TABLES = (surface.SWITCH_TRIMMING_TABLE, surface.TRIM_DSCP_TABLE)
+"""Tables whose default entry the description sets (switch-wide trimming)."""
 
 _Update = p4runtime_pb2.Update
 
@@ -66,75 +73,24 @@ class FabricController:
         }
         self.wanted = {name: self.entries(name) for name in fabric.switches}
 
-    def connect(self) -> None:
-        """Reach every switch and its shaping channel first, so that an unreachable one
-        stops the run before any write."""
+    def connect(self, write: bool = True) -> None:
+        """Reach every switch first, and for writing become its primary and reach its shaping
+        channel, so that an unreachable or held switch stops the run before any write.
+        Reading counters needs neither."""
         for name, client in self.clients.items():
-            client.connect()
-            check_shaping_channel(self.fabric.switches[name])
+            client.connect(primary=write)
+            if write:
+                check_shaping_channel(self.fabric.switches[name])
 
     def close(self) -> None:
         for client in self.clients.values():
             client.close()
 
     def entries(self, switch: str) -> list[p4runtime_pb2.TableEntry]:
-        """The table entries `switch` should hold: thresholds, ECMP members, then routes."""
-        index = self.index
-        result = []
-        for (name, port), spec in sorted(self.fabric.ports.items()):
-            if name == switch:
-                params = dict(
-                    zip(
-                        ("data_queue_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax"),
-                        spec.thresholds,
-                        strict=True,
-                    )
-                )
-                result.append(
-                    index.table_entry(
-                        THRESHOLD_TABLE,
-                        {"standard_metadata.egress_spec": port},
-                        "MyIngress.set_thresholds",
-                        params,
-                    )
-                )
-        groups: dict[tuple, int] = {}
-        routes = []
-        for ip, hops in sorted(self.fabric.routes(switch).items()):
-            if not hops:
-                continue
-            key = (ip, 32)
-            if len(hops) == 1:
-                routes.append(
-                    index.table_entry(
-                        LPM_TABLE,
-                        {"hdr.ipv4.dstAddr": key},
-                        "MyIngress.set_nhop",
-                        {"dmac": hops[0].dmac, "port": hops[0].port},
-                    )
-                )
-                continue
-            members = tuple(hops)
-            if members not in groups:
-                group = groups[members] = len(groups) + 1
-                for member, hop in enumerate(members):
-                    result.append(
-                        index.table_entry(
-                            ECMP_TABLE,
-                            {"meta.ecmp_group_id": group, "meta.ecmp_member": member},
-                            "MyIngress.set_nhop",
-                            {"dmac": hop.dmac, "port": hop.port},
-                        )
-                    )
-            routes.append(
-                index.table_entry(
-                    LPM_TABLE,
-                    {"hdr.ipv4.dstAddr": key},
-                    "MyIngress.set_ecmp_group",
-                    {"group_id": groups[members], "num_members": len(members)},
-                )
-            )
-        return result + routes
+        """Every entry `switch` should hold, its default entries (the last) included."""
+        return switch_entries(self.fabric, self.index, switch) + switch_defaults(
+            self.fabric, self.index, switch
+        )
 
     def _sync_pipeline(self, client: SwitchClient) -> bool:
         try:
@@ -152,14 +108,14 @@ class FabricController:
     def apply_switch(self, switch: str) -> ApplyReport:
         client = self.clients[switch]
         pushed = self._sync_pipeline(client)
-        tables = [self.index.table_id(t) for t in (THRESHOLD_TABLE, ECMP_TABLE, LPM_TABLE)]
+        tables = [self.index.table_id(t) for t in TABLES]
         query = []
         for table_id in tables:
             entity = p4runtime_pb2.Entity()
             entity.table_entry.table_id = table_id
             query.append(entity)
         installed = {entry_key(e.table_entry): e.table_entry for e in client.read(query)}
-        wanted = {entry_key(e): e for e in self.wanted[switch]}
+        wanted = {entry_key(e): e for e in self.wanted[switch] if not e.is_default_action}
         updates = []
         counts = {"inserted": 0, "modified": 0, "deleted": 0}
         for key, entry in wanted.items():
@@ -184,48 +140,117 @@ class FabricController:
             update.entity.table_entry.ClearField("action")
             updates.append(update)
             counts["deleted"] += 1
-        client.write(updates)
+        defaults = self._default_updates(client, switch)
+        counts["modified"] += len(defaults)
+        client.write(updates + defaults)
         apply_shaping(
             self.fabric.switches[switch],
             {port: spec for (name, port), spec in self.fabric.ports.items() if name == switch},
         )
         return ApplyReport(pushed, **counts)
 
+    def _default_updates(self, client: SwitchClient, switch: str) -> list[_Update]:
+        """MODIFY of each default entry the description sets that the switch holds otherwise."""
+        defaults = [e for e in self.wanted[switch] if e.is_default_action]
+        query = []
+        for entry in defaults:
+            entity = p4runtime_pb2.Entity()
+            entity.table_entry.table_id = entry.table_id
+            entity.table_entry.is_default_action = True
+            query.append(entity)
+        installed = {e.table_entry.table_id: e.table_entry for e in client.read(query)}
+        updates = []
+        for entry in defaults:
+            have = installed.get(entry.table_id)
+            if have is not None and entry_action(have) == entry_action(entry):
+                continue
+            update = _Update(type=_Update.MODIFY)
+            update.entity.table_entry.CopyFrom(entry)
+            updates.append(update)
+        return updates
+
     def apply(self) -> dict[str, ApplyReport]:
         self.connect()
         return {name: self.apply_switch(name) for name in sorted(self.fabric.switches)}
 
-    def counters(self, switch: str) -> dict[int, dict[str, int]]:
-        """Per port of `switch`: tx packets and bytes, CE marks, trims and drops."""
-        client = self.clients[switch]
-        ports = sorted(p for (name, p) in self.fabric.ports if name == switch)
-        # One entry per port in use, not the whole 512-slot arrays: a wildcard read makes the
-        # switch model build thousands of entities and stalls its packet loop meanwhile.
-        query = []
-        for name in COUNTERS:
-            for port in ports:
-                entity = p4runtime_pb2.Entity()
-                entity.counter_entry.counter_id = self.index.counter(name).preamble.id
-                entity.counter_entry.index.index = port
-                query.append(entity)
-        rows = {
-            port: dict.fromkeys(("tx_packets", "tx_bytes", "ce_marks", "trims", "drops"), 0)
-            for port in ports
-        }
-        column = {
-            "MyIngress.port_ce_marks": "ce_marks",
-            "MyIngress.port_trims": "trims",
-            "MyIngress.port_drops": "drops",
-        }
-        for entity in client.read(query):
-            entry = entity.counter_entry
-            port = entry.index.index
-            if port not in rows:
-                continue
-            name = self.index.counter_names[entry.counter_id]
-            if name == "MyEgress.port_tx":
-                rows[port]["tx_packets"] = entry.data.packet_count
-                rows[port]["tx_bytes"] = entry.data.byte_count
-            else:
-                rows[port][column[name]] = entry.data.packet_count
-        return rows
+    def counters(self, switch: str) -> dict[int, PortCounters]:
+        """Per port of `switch` on a link: what its counters hold."""
+        ports = [p for (name, p) in self.fabric.ports if name == switch]
+        return entries.read_port_counters(self.clients[switch], self.index, ports)
+
+
+def switch_defaults(
+    fabric: Fabric, index: P4InfoIndex, switch: str
+) -> list[p4runtime_pb2.TableEntry]:
+    """The default entries `switch` should hold, one per table of DEFAULT_TABLES: the
+    switch-wide trim size and queue, and the one trim DSCP for every port. Left at the
+    program's defaults they are NoAction, as a freshly pushed pipeline has them."""
+    trimming = fabric.trimming
+    switch_wide = trimming.switch_trimming
+    dscp = trimming.dscp_value if isinstance(trimming.dscp_value, int) else None
+    return [
+        entries.switch_trimming(index, None if switch_wide == DEFAULT_TRIMMING else switch_wide),
+        entries.trim_dscp_default(index, dscp),
+    ]
+
+
+def trimming_entries(
+    fabric: Fabric, index: P4InfoIndex, switch: str
+) -> list[p4runtime_pb2.TableEntry]:
+    """The trimming settings `switch` holds in table entries: ineligible traffic classes,
+    DISABLE_TRIM rules (the first one highest), and per managed port its trim DSCP
+    (asymmetric DSCP) and its high queue's bound."""
+    trimming = fabric.trimming
+    result = [entries.trim_ineligible(index, dscp) for dscp in trimming.ineligible]
+    rules = trimming.disable_trim
+    for i, rule in enumerate(rules):
+        result.append(
+            entries.trim_acl(
+                index,
+                len(rules) - i,
+                *(
+                    None if net is None else (int(net.network_address), net.prefixlen)
+                    for net in (rule.src_ip, rule.dst_ip)
+                ),
+                rule.dscp,
+            )
+        )
+    for name, port in sorted(fabric.ports):
+        if name != switch:
+            continue
+        if trimming.dscp_value == DSCP_FROM_TC:
+            result.append(entries.trim_dscp(index, port, fabric.trim_dscp(switch, port)))
+        if trimming.trim_queue_bytes is not None:
+            result.append(entries.trim_queue_limit(index, port, trimming.trim_queue_bytes))
+    return result
+
+
+def switch_entries(
+    fabric: Fabric, index: P4InfoIndex, switch: str
+) -> list[p4runtime_pb2.TableEntry]:
+    """The table entries `switch` should hold: thresholds, trimming, ECMP members, then
+    routes. The simulator installs the same ones (and `switch_defaults`), so its switches
+    route, mark and trim as real ones do."""
+    result = [
+        entries.port_thresholds(index, port, spec.thresholds)
+        for (name, port), spec in sorted(fabric.ports.items())
+        if name == switch
+    ]
+    result += trimming_entries(fabric, index, switch)
+    groups: dict[tuple, int] = {}
+    routes = []
+    for ip, hops in sorted(fabric.routes(switch).items()):
+        if not hops:
+            continue
+        if len(hops) == 1:
+            routes.append(entries.route(index, ip, 32, hops[0].dmac, hops[0].port))
+            continue
+        members = tuple(hops)
+        if members not in groups:
+            group = groups[members] = len(groups) + 1
+            result.extend(
+                entries.ecmp_member(index, group, member, hop.dmac, hop.port)
+                for member, hop in enumerate(members)
+            )
+        routes.append(entries.ecmp_route(index, ip, 32, groups[members], len(members)))
+    return result + routes

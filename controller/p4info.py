@@ -1,8 +1,9 @@
 """Names to ids for one P4Info, and table entries built from names and integers.
 
-Every id the controller sends comes from the P4Info it pushed, looked up by
-the names of TEAM.md's control surface; a name the P4Info lacks is a
-ConfigError before anything is written.
+Every id a client sends comes from the P4Info it pushed, looked up by the
+names of the control surface (`switch_model/surface.py`, described in
+docs/dataplane.md); a name the P4Info lacks is a ConfigError before anything
+is written.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def load_p4info(path: str | Path) -> p4info_pb2.P4Info:
         text = Path(path).read_text()
     except OSError as err:
         raise ConfigError(f"cannot read P4Info {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"P4Info {path} is not a text P4Info: {err}") from None
     try:
         return text_format.Parse(text, p4info_pb2.P4Info())
     except text_format.ParseError as err:
@@ -45,7 +48,13 @@ def entry_key(entry: p4runtime_pb2.TableEntry) -> tuple:
             fields.append((m.field_id, int.from_bytes(m.exact.value, "big"), -1))
         elif kind == "lpm":
             fields.append((m.field_id, int.from_bytes(m.lpm.value, "big"), m.lpm.prefix_len))
-    return (entry.table_id, tuple(sorted(fields)))
+        elif kind == "range":
+            low, high = (int.from_bytes(v, "big") for v in (m.range.low, m.range.high))
+            fields.append((m.field_id, low, high))
+        elif kind == "ternary":
+            value, mask = (int.from_bytes(v, "big") for v in (m.ternary.value, m.ternary.mask))
+            fields.append((m.field_id, value, mask))
+    return (entry.table_id, tuple(sorted(fields)), entry.priority)
 
 
 def entry_action(entry: p4runtime_pb2.TableEntry) -> tuple:
@@ -73,27 +82,63 @@ class P4InfoIndex:
     def counter(self, name: str) -> p4info_pb2.Counter:
         return self._find("counter", self.counters, name)
 
-    def table_entry(
-        self, table: str, match: dict[str, int | tuple[int, int]], action: str, params: dict
+    def default_entry(
+        self, table: str, action: str, params: dict | None = None
     ) -> p4runtime_pb2.TableEntry:
-        """An entry from names: exact fields map to ints, LPM fields to (value, prefix length)."""
+        """The default entry of `table`, running `action` (which may be NoAction)."""
+        entry = p4runtime_pb2.TableEntry(table_id=self.table_id(table), is_default_action=True)
+        entry.action.action.CopyFrom(self.action(action, params or {}))
+        return entry
+
+    def action(self, name: str, params: dict) -> p4runtime_pb2.Action:
+        """An action with its parameters, from names and integers."""
+        act = self._find("action", self.actions, name)
+        result = p4runtime_pb2.Action(action_id=act.preamble.id)
+        declared = {p.name: p for p in act.params}
+        if set(params) != set(declared):
+            raise ConfigError(f"action {name} takes {sorted(declared)}, given {sorted(params)}")
+        for param_name, value in params.items():
+            param = declared[param_name]
+            result.params.add(param_id=param.id, value=encode(value, param.bitwidth))
+        return result
+
+    def table_entry(
+        self,
+        table: str,
+        match: dict[str, int | tuple[int, int]],
+        action: str | None,
+        params: dict,
+        priority: int = 0,
+    ) -> p4runtime_pb2.TableEntry:
+        """An entry from names: exact fields map to ints, LPM fields to (value, prefix
+        length), range fields to (low, high), ternary fields to (value, mask); a range of
+        every value and a ternary mask of 0 are left out, as P4Runtime writes "don't care".
+        With no action the caller sets one (an action profile's member or group)."""
         info = self._find("table", self.tables, table)
-        act = self._find("action", self.actions, action)
-        entry = p4runtime_pb2.TableEntry(table_id=info.preamble.id)
+        entry = p4runtime_pb2.TableEntry(table_id=info.preamble.id, priority=priority)
         fields = {m.name: m for m in info.match_fields}
         for name, value in match.items():
             field = self._find(f"match field of {table}", fields, name)
+            kind = field.match_type
+            if kind == p4info_pb2.MatchField.RANGE and tuple(value) == (
+                0,
+                (1 << field.bitwidth) - 1,
+            ):
+                continue
+            if kind == p4info_pb2.MatchField.TERNARY and value[1] == 0:
+                continue
             m = entry.match.add(field_id=field.id)
-            if field.match_type == p4info_pb2.MatchField.LPM:
+            if kind == p4info_pb2.MatchField.LPM:
                 m.lpm.value = encode(value[0], field.bitwidth)
                 m.lpm.prefix_len = value[1]
+            elif kind == p4info_pb2.MatchField.RANGE:
+                m.range.low = encode(value[0], field.bitwidth)
+                m.range.high = encode(value[1], field.bitwidth)
+            elif kind == p4info_pb2.MatchField.TERNARY:
+                m.ternary.value = encode(value[0], field.bitwidth)
+                m.ternary.mask = encode(value[1], field.bitwidth)
             else:
                 m.exact.value = encode(value, field.bitwidth)
-        entry.action.action.action_id = act.preamble.id
-        declared = {p.name: p for p in act.params}
-        if set(params) != set(declared):
-            raise ConfigError(f"action {action} takes {sorted(declared)}, given {sorted(params)}")
-        for name, value in params.items():
-            param = declared[name]
-            entry.action.action.params.add(param_id=param.id, value=encode(value, param.bitwidth))
+        if action is not None:
+            entry.action.action.CopyFrom(self.action(action, params))
         return entry

@@ -12,12 +12,24 @@ A description is JSON:
      "thresholds": {"data_queue_bytes": 4194304, "ecn_kmin": 800000,
                     "ecn_kmax": 3200000, "ecn_pmax": 65536},
      "queues": {"low_queue_bytes": 16777216, "high_queue_bytes": 4194304},
-     "ports": {"s1:2": {"ecn_kmin": 400000, "rate_bps": 100000000}}}
+     "ports": {"s1:2": {"ecn_kmin": 400000, "rate_bps": 100000000}},
+     "trimming": {"size": 128, "dscp_value": 48}}
 
 Every switch port on a link gets the thresholds (with its own overrides from
 "ports") and the queue sizes; links with a rate shape both switch ends. Each
 switch routes every host's /32 along shortest paths, spreading over all
-equal-cost next hops with an ECMP group.
+equal-cost next hops with an ECMP group. "trimming" sets how every switch trims
+(`controller.trimming` has its keys; its defaults are the switch as it always
+was). A Tofino switch ("target": "tofino" or
+"tofino2") also names, in "deflect_ports", a device port per pipe it uses
+(docs/tofino.md); a description holds one kind of Tofino or BMv2 and model
+switches, not both; its program has no trimming settings yet, so a Tofino
+fabric keeps the default trimming.
+
+`parse` checks every key of that shape once, before anything reads it: a
+wrong type, an unknown key or a value out of range is a ConfigError naming the
+key's path (`switches.s1.device_id`, `links[2].rate_bps`), never another
+exception.
 """
 
 from __future__ import annotations
@@ -29,18 +41,30 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controller import trimming as trim_section
+from controller.checks import MAX_BYTES, check_int, check_object, show
 from controller.p4info import ConfigError
+from controller.trimming import Trimming
+from switch_model.surface import PMAX_ONE, Thresholds
 
-THRESHOLD_KEYS = ("data_queue_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax")
+THRESHOLD_KEYS = Thresholds._fields
 QUEUE_KEYS = ("low_queue_bytes", "high_queue_bytes")
-DEFAULT_THRESHOLDS = {
-    "data_queue_bytes": 4 << 20,
-    "ecn_kmin": 800_000,
-    "ecn_kmax": 3_200_000,
-    "ecn_pmax": 1 << 16,
-}
-TARGETS = ("model", "bmv2")
+DEFAULT_THRESHOLDS = Thresholds(
+    data_queue_bytes=4 << 20, ecn_kmin=800_000, ecn_kmax=3_200_000, ecn_pmax=PMAX_ONE
+)
+TOFINO_TARGETS = ("tofino", "tofino2")
+"""Switches running p4src/tna/forgive.p4 under bf_switchd (controller/tofino.py)."""
+TARGETS = ("model", "bmv2", *TOFINO_TARGETS)
+MAX_DEVICE_ID = (1 << 64) - 1
+"""P4Runtime's device_id is a uint64."""
+MAX_RATE_BPS = 10**13
+"""10 Tbit/s, beyond any switch port: a larger line rate is a typo."""
+MAX_PORT = 511
+"""Ports are bit<9> in forgive.p4."""
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_SWITCH_KEYS = {"target", "grpc", "device_id", "control", "thrift_port", "deflect_ports"}
+_LINK_KEYS = {"a", "b", "rate_bps"}
 
 
 @dataclass(frozen=True)
@@ -51,11 +75,13 @@ class SwitchSpec:
     device_id: int
     control: str | None = None
     thrift_port: int | None = None
+    deflect_ports: tuple[int, ...] = ()
+    """Tofino: per pipe in use, the device port the TM deflects what it cannot queue to."""
 
 
 @dataclass(frozen=True)
 class PortSpec:
-    thresholds: tuple[int, int, int, int]
+    thresholds: Thresholds
     rate_bps: int | None
     low_queue_bytes: int | None
     high_queue_bytes: int | None
@@ -77,6 +103,23 @@ class Fabric:
     peer_port: dict[tuple[str, int], int] = field(default_factory=dict)
     """(switch, port) -> the port on the neighbouring switch, for switch-switch links."""
     ports: dict[tuple[str, int], PortSpec] = field(default_factory=dict)
+    trimming: Trimming = trim_section.DEFAULT
+
+    def port_roles(self) -> dict[tuple[str, int], str]:
+        """Every switch port on a link: "host" if a host is at its other end, else "fabric"."""
+        return {
+            (switch, port): "host" if peer in self.hosts else "fabric"
+            for switch, ports in self.neighbors.items()
+            for port, peer in ports.items()
+        }
+
+    def trim_dscp(self, switch: str, port: int) -> int | None:
+        """The DSCP trimmed packets leaving this port get (None: they keep theirs)."""
+        return self.trimming.dscp_for(self.port_roles()[switch, port], f"{switch}:{port}")
+
+    def trim_locations(self) -> dict[int, str]:
+        """DSCP -> the role of the ports that trim to it, where that tells one role."""
+        return trim_section.locations(self.trimming, self.port_roles())
 
     def routes(self, switch: str) -> dict[int, list[NextHop]]:
         """For each host IP, the equal-cost next hops from `switch`, ordered by port."""
@@ -116,131 +159,215 @@ def switch_port_mac(switch: str, port: int) -> int:
     return (0x02FE << 32) | (digest << 16) | port
 
 
-def _int(value, what: str, minimum: int = 0) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return value
+def _names(section: dict, where: str) -> dict:
+    for name in section:
+        if not _NAME.match(name):
+            raise ConfigError(f"{where}: name {show(name)} is not 1-64 of A-Z a-z 0-9 _ . -")
+    return section
 
 
-def _endpoint(text, switches, hosts) -> tuple[str, int | None]:
+def _endpoint(text, switches, hosts, where: str) -> tuple[str, int | None]:
     if not isinstance(text, str):
-        raise ConfigError(f"link end {text!r} is not a string")
+        raise ConfigError(f"{where}: link end {show(text)} is not a string")
     name, sep, port = text.partition(":")
     if name in hosts and not sep:
         return name, None
     if name in switches and sep:
-        number = _int(int(port) if port.isdigit() else port, f"port in {text!r}")
-        if number > 511:
-            raise ConfigError(f"port in {text!r} exceeds 511")
-        return name, number
-    raise ConfigError(f"link end {text!r} is neither a host nor SWITCH:PORT of a known switch")
+        if not port.isdecimal() or not 0 <= int(port) <= MAX_PORT:
+            raise ConfigError(f"{where}: port in {show(text)} is not a number in 0..{MAX_PORT}")
+        return name, int(port)
+    raise ConfigError(
+        f"{where}: link end {show(text)} is neither a host nor SWITCH:PORT of a known switch"
+    )
 
 
-def parse(description: dict) -> Fabric:
-    if not isinstance(description, dict):
-        raise ConfigError("topology must be a JSON object")
-    unknown = set(description) - {"switches", "hosts", "links", "thresholds", "queues", "ports"}
-    if unknown:
-        raise ConfigError(f"unknown topology keys {sorted(unknown)}")
-    switches = {}
-    devices = {}
-    for name, spec in description.get("switches", {}).items():
-        target = spec.get("target")
-        if target not in TARGETS:
-            raise ConfigError(f"switch {name}: target must be one of {TARGETS}, got {target!r}")
-        if not isinstance(spec.get("grpc"), str) or ":" not in spec["grpc"]:
-            raise ConfigError(f"switch {name}: grpc must be HOST:PORT")
-        device_id = _int(spec.get("device_id", 1), f"switch {name} device_id")
-        if target == "model" and not spec.get("control"):
-            raise ConfigError(f"switch {name}: a model switch needs its control socket path")
-        if target == "bmv2" and "thrift_port" not in spec:
-            raise ConfigError(f"switch {name}: a bmv2 switch needs its thrift_port")
-        if spec["grpc"] in devices:
-            raise ConfigError(f"switches {devices[spec['grpc']]} and {name} share {spec['grpc']}")
-        devices[spec["grpc"]] = name
-        switches[name] = SwitchSpec(
-            name,
-            target,
-            spec["grpc"],
-            device_id,
-            spec.get("control"),
-            _int(spec["thrift_port"], f"switch {name} thrift_port", 1)
-            if target == "bmv2"
-            else None,
+def tofino_pipe(port: int) -> int:
+    """The pipe a Tofino device port belongs to (bits 8:7, DEVPORT_PIPE in the TNA includes)."""
+    return port >> 7
+
+
+def _deflect_ports(spec: dict, where: str) -> tuple[int, ...]:
+    ports = spec.get("deflect_ports")
+    if not isinstance(ports, list) or not ports:
+        raise ConfigError(
+            f"{where}.deflect_ports: a Tofino switch needs deflect_ports, one device port per pipe"
         )
+    result = tuple(check_int(p, f"{where}.deflect_ports", 0, MAX_PORT) for p in ports)
+    pipes = [tofino_pipe(p) for p in result]
+    if len(set(pipes)) != len(pipes):
+        raise ConfigError(f"{where}.deflect_ports: two deflect ports in one pipe")
+    return result
+
+
+def _switch(name: str, spec, where: str) -> SwitchSpec:
+    spec = check_object(spec, where, _SWITCH_KEYS)
+    target = spec.get("target")
+    if target not in TARGETS:
+        raise ConfigError(f"{where}.target must be one of {TARGETS}, got {show(target)}")
+    grpc = spec.get("grpc")
+    host, _, port = grpc.rpartition(":") if isinstance(grpc, str) else ("", "", "")
+    if not host or not port.isdecimal() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"{where}.grpc must be HOST:PORT, got {show(grpc)}")
+    control = spec.get("control")
+    if target == "model" and (not isinstance(control, str) or not control):
+        raise ConfigError(f"{where}.control: a model switch needs its control socket path")
+    if target == "bmv2" and "thrift_port" not in spec:
+        raise ConfigError(f"{where}.thrift_port: a bmv2 switch needs its thrift_port")
+    return SwitchSpec(
+        name,
+        target,
+        grpc,
+        check_int(spec.get("device_id", 1), f"{where}.device_id", 0, MAX_DEVICE_ID),
+        control if target == "model" else None,
+        check_int(spec["thrift_port"], f"{where}.thrift_port", 1, 65535)
+        if target == "bmv2"
+        else None,
+        _deflect_ports(spec, where) if target in TOFINO_TARGETS else (),
+    )
+
+
+def _setting(values: dict, key: str, where: str) -> int:
+    """One threshold, queue size or line rate, checked against its own range."""
+    if key == "ecn_pmax":
+        low, high = 0, PMAX_ONE
+    elif key == "rate_bps":
+        low, high = 1, MAX_RATE_BPS
+    else:
+        low, high = (1 if key in QUEUE_KEYS else 0), MAX_BYTES
+    return check_int(values[key], f"{where}.{key}", low, high)
+
+
+def _settings(values: dict, where: str) -> dict[str, int]:
+    return {key: _setting(values, key, where) for key in values}
+
+
+def _thresholds(values: dict[str, int], where: str) -> Thresholds:
+    if values["ecn_kmin"] > values["ecn_kmax"]:
+        raise ConfigError(
+            f"{where}: ecn_kmin {values['ecn_kmin']} exceeds ecn_kmax {values['ecn_kmax']}"
+        )
+    return Thresholds(*(values[key] for key in THRESHOLD_KEYS))
+
+
+def parse(description) -> Fabric:
+    description = check_object(
+        description,
+        "topology",
+        {"switches", "hosts", "links", "thresholds", "queues", "ports", "trimming"},
+    )
+    switches: dict[str, SwitchSpec] = {}
+    addresses: dict[str, str] = {}
+    for name, spec in _names(
+        check_object(description.get("switches", {}), "switches"), "switches"
+    ).items():
+        switch = _switch(name, spec, f"switches.{name}")
+        if switch.grpc in addresses:
+            raise ConfigError(f"switches {addresses[switch.grpc]} and {name} share {switch.grpc}")
+        addresses[switch.grpc] = name
+        switches[name] = switch
     if not switches:
         raise ConfigError("topology has no switches")
-    hosts = {}
-    for name, spec in description.get("hosts", {}).items():
+    kinds = {s.target for s in switches.values()}
+    if kinds & set(TOFINO_TARGETS) and len(kinds) > 1:
+        raise ConfigError(f"topology mixes switch targets {sorted(kinds)}: one Tofino kind alone")
+    hosts: dict[str, tuple[int, int]] = {}
+    owners: dict[tuple[str, int], str] = {}
+    for name, spec in _names(check_object(description.get("hosts", {}), "hosts"), "hosts").items():
+        where = f"hosts.{name}"
+        spec = check_object(spec, where, {"ip", "mac"})
         if name in switches:
             raise ConfigError(f"{name} is both a host and a switch")
         try:
-            ip = int(ipaddress.IPv4Address(spec.get("ip")))
-        except (ipaddress.AddressValueError, ValueError):
-            raise ConfigError(f"host {name}: bad IPv4 address {spec.get('ip')!r}") from None
+            if not isinstance(spec.get("ip"), str):
+                raise ValueError
+            ip = int(ipaddress.IPv4Address(spec["ip"]))
+        except ValueError:
+            raise ConfigError(f"{where}.ip: bad IPv4 address {show(spec.get('ip'))}") from None
         mac = spec.get("mac", "")
         if not isinstance(mac, str) or not _MAC.match(mac):
-            raise ConfigError(f"host {name}: bad MAC {mac!r}")
-        hosts[name] = (ip, int(mac.replace(":", ""), 16))
+            raise ConfigError(f"{where}.mac: bad MAC {show(mac)}")
+        mac_int = int(mac.replace(":", ""), 16)
+        for key, value in (("ip", ip), ("mac", mac_int)):
+            other = owners.setdefault((key, value), name)
+            if other != name:
+                raise ConfigError(f"{where}.{key} {spec[key]} is also {other}'s")
+        hosts[name] = (ip, mac_int)
     fabric = Fabric(switches, hosts, neighbors={s: {} for s in switches})
-    thresholds = dict(DEFAULT_THRESHOLDS)
-    thresholds.update(description.get("thresholds", {}))
-    queues = description.get("queues", {})
+    thresholds = _settings(
+        check_object(description.get("thresholds", {}), "thresholds", THRESHOLD_KEYS), "thresholds"
+    )
+    thresholds = {**DEFAULT_THRESHOLDS._asdict(), **thresholds}
+    _thresholds(thresholds, "thresholds")
+    queues = _settings(check_object(description.get("queues", {}), "queues", QUEUE_KEYS), "queues")
     rates: dict[tuple[str, int], int] = {}
-    for link in description.get("links", []):
-        ends = [_endpoint(link.get(k), switches, hosts) for k in ("a", "b")]
+    links = description.get("links", [])
+    if not isinstance(links, list):
+        raise ConfigError(f"links must be a list, got {show(links)}")
+    for i, link in enumerate(links):
+        where = f"links[{i}]"
+        link = check_object(link, where, _LINK_KEYS)
+        ends = [_endpoint(link.get(k), switches, hosts, f"{where}.{k}") for k in ("a", "b")]
         if ends[0][1] is None and ends[1][1] is None:
-            raise ConfigError(f"link {link} joins two hosts")
+            raise ConfigError(f"{where} joins two hosts")
+        rate = _setting(link, "rate_bps", where) if "rate_bps" in link else None
         for (node, port), (peer, peer_port) in (ends, ends[::-1]):
             if port is None:
                 continue
             if port in fabric.neighbors[node]:
-                raise ConfigError(f"port {node}:{port} is on two links")
+                raise ConfigError(f"{where}: port {node}:{port} is on two links")
             fabric.neighbors[node][port] = peer
             if peer_port is not None:
                 fabric.peer_port[node, port] = peer_port
-            if "rate_bps" in link:
-                rates[node, port] = _int(link["rate_bps"], f"link {link} rate_bps", 1)
-    overrides = description.get("ports", {})
-    for key in overrides:
-        name, port = _endpoint(key, switches, {})
+            if rate is not None:
+                rates[node, port] = rate
+    for name, switch in switches.items():
+        for port in fabric.neighbors[name] if switch.target in TOFINO_TARGETS else ():
+            if tofino_pipe(port) not in {tofino_pipe(p) for p in switch.deflect_ports}:
+                raise ConfigError(
+                    f"switches.{name}: port {port} is in pipe {tofino_pipe(port)}, "
+                    "which has no deflect port"
+                )
+    overrides: dict[tuple[str, int], dict[str, int]] = {}
+    for key, values in check_object(description.get("ports", {}), "ports").items():
+        where = f"ports.{key}"
+        name, port = _endpoint(key, switches, {}, "ports")
         if port not in fabric.neighbors[name]:
             raise ConfigError(f"ports: {key} is not on any link")
+        allowed = (*THRESHOLD_KEYS, *QUEUE_KEYS, "rate_bps")
+        overrides[name, port] = _settings(check_object(values, where, allowed), where)
     for switch, ports in fabric.neighbors.items():
         for port in ports:
-            own = {**thresholds, **queues, **overrides.get(f"{switch}:{port}", {})}
-            unknown = set(own) - set(THRESHOLD_KEYS) - set(QUEUE_KEYS) - {"rate_bps"}
-            if unknown:
-                raise ConfigError(f"{switch}:{port}: unknown settings {sorted(unknown)}")
-            values = [_int(own[k], f"{switch}:{port} {k}") for k in THRESHOLD_KEYS]
-            if values[1] > values[2]:
-                raise ConfigError(f"{switch}:{port}: ecn_kmin exceeds ecn_kmax")
-            if values[3] > 1 << 16:
-                raise ConfigError(f"{switch}:{port}: ecn_pmax exceeds 65536 (probability 1)")
-            rate = own.get("rate_bps", rates.get((switch, port)))
+            own = {**thresholds, **queues, **overrides.get((switch, port), {})}
+            rate = overrides.get((switch, port), {}).get("rate_bps", rates.get((switch, port)))
             fabric.ports[switch, port] = PortSpec(
-                tuple(values),
-                None if rate is None else _int(rate, f"{switch}:{port} rate_bps", 1),
-                *(
-                    None if own.get(k) is None else _int(own[k], f"{switch}:{port} {k}", 1)
-                    for k in QUEUE_KEYS
-                ),
+                _thresholds(own, f"ports.{switch}:{port}"),
+                rate,
+                own.get("low_queue_bytes"),
+                own.get("high_queue_bytes"),
             )
+    fabric.trimming = trim_section.parse(description.get("trimming", {}))
+    trim_section.check_ports(fabric.trimming, fabric.port_roles())
+    if kinds & set(TOFINO_TARGETS) and fabric.trimming != trim_section.DEFAULT:
+        raise ConfigError(
+            "trimming: the Tofino program has no trimming settings yet (docs/tofino.md); "
+            "leave the section out"
+        )
     return fabric
 
 
 def load(path: str | Path) -> Fabric:
+    """Read and check a description; every failure is one ConfigError naming the file."""
     try:
-        description = json.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
     except OSError as err:
         raise ConfigError(f"cannot read topology {path}: {err.strerror}") from None
-    except json.JSONDecodeError as err:
+    try:
+        description = json.loads(raw)
+    except RecursionError:
+        raise ConfigError(f"topology {path} is not JSON: nested too deep") from None
+    except ValueError as err:  # JSONDecodeError, or bytes that are no Unicode text
         raise ConfigError(f"topology {path} is not JSON: {err}") from None
-    if not isinstance(description, dict):
-        raise ConfigError(f"topology {path} must be a JSON object")
     try:
         return parse(description)
-    except (AttributeError, TypeError) as err:
-        raise ConfigError(f"topology {path} is malformed: {err}") from None
+    except ConfigError as err:
+        raise ConfigError(f"topology {path}: {err}") from None

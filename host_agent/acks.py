@@ -1,14 +1,25 @@
-"""Delayed, coalesced ACKs between the receiver core and the wire.
+"""Delayed, coalesced ACKs: the endpoint's rule for which replies wait and which go at once.
 
 The core answers every DATA packet with an ACK. Sending each one costs a
 system call here and another at the sender, per data packet; holding a flow's
 plain ACK for a few packets or a few tens of microseconds and sending only
-the newest halves the per-packet work of a bulk flow. The newest ACK tells the
-sender everything the held one did when its cumulative point covers the held
-one's selective range; when it does not (a hole below), the held one goes out
-first. A NACK, a CNP or an ACK echoing ECE releases the flow's held ACK ahead
-of itself, so reports reach the sender in the order the core made them and the
-latest report still wins.
+the newest halves the per-packet work of a bulk flow.
+
+The rules, in the order they are applied to each reply of the core:
+
+| reply | what happens |
+|---|---|
+| NACK or CNP | the flow's held ACK goes first, then the reply, at once |
+| ACK echoing ECE | the same: congestion is news the sender needs now |
+| ACK whose ELIGIBLE/EXHAUSTED differ from the last report sent on the flow | the same: the sender's mode follows the latest report, so a mode change is never delayed |
+| ACK whose cumulative point covers the held ACK's selective range | replaces the held ACK (coalesced) |
+| any other ACK | the held ACK goes first; this one is held |
+| a held ACK that is the flow's last, or the `every`-th coalesced | sent at once |
+| a held ACK older than `delay` | sent at the next timer |
+
+So reports reach the sender in the order the core made them and the latest
+report still wins. `delay` is on the run's clock: an emulation running
+`time_scale` times slower holds ACKs that much longer.
 """
 
 from __future__ import annotations
@@ -16,15 +27,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from host_agent.wire import FTH_STRUCT, Flag, Opcode
+from host_agent.wire import Flag, Opcode, peek
 
 ACK_EVERY = 32
 """Data packets acknowledged by one ACK at most."""
 ACK_DELAY = 300e-6
-"""Longest an ACK is held: far below any retransmission timeout."""
+"""Longest an ACK is held at time scale 1, unless the first timeout is short (below)."""
+ACK_DELAY_PER_RTO = 4
+"""An ACK is held at most a quarter of the first retransmission timeout."""
 
 _ACK = int(Opcode.ACK)
 _ECE = int(Flag.ECE)
+_MODE = int(Flag.ELIGIBLE | Flag.EXHAUSTED)
 
 Outgoing = tuple[bytes, Any]
 """A reply and where it goes (opaque here)."""
@@ -42,21 +56,28 @@ class _Held:
 
 class AckCoalescer:
     def __init__(self, every: int = ACK_EVERY, delay: float = ACK_DELAY) -> None:
+        if every < 1 or delay < 0:
+            raise ValueError(f"need every >= 1 and delay >= 0, got {every}, {delay}")
         self.every = every
         self.delay = delay
         self.coalesced = 0
         self.held: dict[int, _Held] = {}
         """Per flow, the ACK waiting to go out (empty when nothing waits)."""
+        self._reported: dict[int, int] = {}
+        """Per flow, the ELIGIBLE/EXHAUSTED bits of the last ACK or NACK sent (0 before any)."""
 
     def offer(self, reply: bytes, dest: Any, now: float, flow_total: int) -> list[Outgoing]:
         """Take one reply from the core; return what must be sent now, in order."""
-        _, flags, length, flow_id, rcv_nxt, lo = FTH_STRUCT.unpack_from(reply)
+        opcode, flags, length, flow_id, rcv_nxt, lo = peek(reply)
         previous = self.held.pop(flow_id, None)
         out: list[Outgoing] = []
-        if reply[0] & 0x0F != _ACK or flags & _ECE:
+        mode = flags & _MODE
+        if opcode != _ACK or flags & _ECE or mode != self._reported.get(flow_id, 0):
             if previous is not None:
                 out.append((previous.reply, previous.dest))
             out.append((reply, dest))
+            if opcode != Opcode.CNP:
+                self._reported[flow_id] = mode
             return out
         since, count = now, 1
         if previous is not None:
@@ -73,10 +94,15 @@ class AckCoalescer:
 
     def due(self, now: float) -> list[Outgoing]:
         """Held ACKs whose delay has run out."""
-        late = [fid for fid, h in self.held.items() if now - h.since >= self.delay]
+        late = [fid for fid, h in self.held.items() if h.since + self.delay <= now]
         return [(h.reply, h.dest) for h in (self.held.pop(fid) for fid in late)]
 
     def deadline(self) -> float | None:
         if not self.held:
             return None
         return min(h.since for h in self.held.values()) + self.delay
+
+    def forget(self, flow_id: int) -> None:
+        """Drop what is kept about a flow whose receive state is gone (its held ACK goes too)."""
+        self.held.pop(flow_id, None)
+        self._reported.pop(flow_id, None)

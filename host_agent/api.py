@@ -14,11 +14,13 @@ Protocol, one JSON object per line in each direction:
 
 Every request may carry an "id"; each is answered by
 {"event": "reply", "id": ..., "ok": true, ...} or {..., "ok": false, "error": "..."}.
-Completion events go to every connected client: {"event": "send_done", ...} and
-{"event": "recv_done", ...}; a recv_done for a flow registered with
-"deliver": true carries "nbytes" and is followed by the flow's bytes
-(forgiven ranges zero-filled). Traffic classes: gradient, tensor-parallel,
-pipeline-parallel, other.
+Events go to every connected client: {"event": "send_done", ...},
+{"event": "recv_done", ...} (both with "shed": true for a shed message),
+{"event": "flow_failed", ...} and {"event": "bound_violation", ...}; a
+recv_done for a flow registered with "deliver": true carries "nbytes" and is
+followed by the flow's bytes (forgiven ranges zero-filled). Traffic classes:
+gradient, tensor-parallel, pipeline-parallel, other. The fields are those of
+the dataclasses in `host_agent.events`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from host_agent.agent import HostAgent
+from host_agent.events import Event, RecvDone, record
 
 CLIENT_BACKLOG = 1 << 30
 """Bytes of unread events a client may accumulate before it is dropped."""
@@ -81,11 +84,13 @@ class ApiServer:
         self.sock.setblocking(False)
         self.clients: dict[int, _Client] = {}
         agent.add_reader(self.sock.fileno(), self._accept)
-        agent.listeners.append(self._broadcast)
+        agent.apps.append(self)
 
     def close(self) -> None:
         for client in list(self.clients.values()):
             self._drop(client)
+        if self in self.agent.apps:
+            self.agent.apps.remove(self)
         self.agent.remove_reader(self.sock.fileno())
         self.sock.close()
         _remove_stale_socket(self.path)
@@ -155,46 +160,49 @@ class ApiServer:
         return True
 
     def _handle(self, client: _Client, request: dict[str, Any], payload: bytes) -> None:
-        agent = self.agent
+        endpoint = self.agent.endpoint
+        now = self.agent.now()
         op = request.get("op")
         extra: dict[str, Any] = {}
         try:
             if op == "begin_step":
-                agent.begin_step(
+                endpoint.begin_step(
                     int(request["step"]),
                     bool(request["critical"]),
                     int(request["expected_gradient_bytes"]),
+                    now,
                 )
             elif op == "register_flow":
                 size = request.get("size")
-                agent.register_flow(
+                endpoint.register_flow(
                     int(request["flow"]),
                     int(request["step"]),
                     str(request["traffic_class"]),
+                    now,
                     deliver=bool(request.get("deliver", False)),
                     size=None if size is None else int(size),
                 )
             elif op == "send":
                 step = request.get("step")
-                agent.send(
+                endpoint.send(
                     str(request["dst"]),
                     int(request["flow"]),
                     payload,
                     str(request["traffic_class"]),
+                    now,
                     step=None if step is None else int(step),
                 )
             elif op == "complete_step":
-                agent.complete_step(int(request["step"]))
+                endpoint.complete_step(int(request["step"]), now)
             elif op == "forget_step":
-                agent.forget_step(int(request["step"]))
+                endpoint.forget_step(int(request["step"]))
             elif op == "step_state":
-                extra = {"state": agent.step_state(int(request["step"]))}
+                extra = {"state": endpoint.step_state(int(request["step"]))}
             elif op == "stats":
+                summary = self.agent.summary()
                 extra = {
-                    "counters": dict(agent.counters),
-                    "socket_drops": agent.link.kernel_drops(),
-                    "core_rx": dict(agent.rx.stats),
-                    "core_tx": dict(agent.tx.stats),
+                    "counters": {k: v for k, v in summary.items() if isinstance(v, int)},
+                    **summary,
                 }
             else:
                 raise ValueError(f"unknown op {op!r}")
@@ -213,12 +221,21 @@ class ApiServer:
         reply.update({"ok": False, "error": error} if error else {"ok": True, **extra})
         self._write(client, json.dumps(reply).encode() + b"\n")
 
-    def _broadcast(self, event: dict[str, Any], payload: bytes | None) -> None:
+    def handle_event(self, event: Event, now: float) -> None:
+        """Every event goes to every client as one JSON line, a delivery's bytes after it."""
+        message = record(event)
+        payload = event.payload if isinstance(event, RecvDone) else None
         if payload is not None:
-            event = {**event, "nbytes": len(payload)}
-        data = json.dumps(event).encode() + b"\n" + (payload or b"")
+            message["nbytes"] = len(payload)
+        data = json.dumps(message).encode() + b"\n" + (payload or b"")
         for client in list(self.clients.values()):
             self._write(client, data)
+
+    def get_timer(self) -> float | None:
+        return None
+
+    def handle_timer(self, now: float) -> None:
+        pass
 
     def _write(self, client: _Client, data: bytes) -> None:
         """Queue bytes for a client without ever blocking the agent's loop on it."""

@@ -8,6 +8,9 @@ import sys
 
 from host_agent.agent import AgentConfig, HostAgent
 from host_agent.api import ApiServer, check_api_path
+from host_agent.core.sender import MAX_TIMEOUTS
+from host_agent.endpoint import EndpointConfig
+from host_agent.host import HostConfig
 from host_agent.policies import POLICY_NAMES, parse_policy
 
 
@@ -31,6 +34,12 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rto", type=float, default=0.01, help="initial retransmission timeout, s")
     parser.add_argument("--rto-max", type=float, default=0.2, help="largest backed-off RTO, s")
     parser.add_argument(
+        "--max-timeouts",
+        type=int,
+        default=MAX_TIMEOUTS,
+        help=f"timeouts in a row without progress before a flow fails ({MAX_TIMEOUTS})",
+    )
+    parser.add_argument(
         "--no-spray",
         action="store_true",
         help="one UDP source port per flow instead of one per packet",
@@ -44,6 +53,14 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--gateway-mac", help="next-hop MAC for every non-static destination")
     parser.add_argument("--stats", default="-", help="JSON-lines statistics file ('-': stdout)")
+    parser.add_argument(
+        "--trim-dscp",
+        action="append",
+        default=[],
+        metavar="LOCATION=DSCP",
+        help="trimmed headers arriving with DSCP were trimmed at LOCATION (host: the last "
+        "hop, fabric: inside it), as the switches' asymmetric trim DSCP sets (repeatable)",
+    )
     parser.add_argument(
         "--no-payload",
         action="store_true",
@@ -59,21 +76,33 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         if not sep:
             raise ValueError(f"--neighbor {entry!r}: expected IP=MAC")
         neighbors[ip] = mac
-    config = AgentConfig(
-        iface=args.iface,
-        ip=args.ip,
+    locations = {}
+    for entry in args.trim_dscp:
+        where, sep, dscp = entry.partition("=")
+        if not sep or not dscp.isdecimal():
+            raise ValueError(f"--trim-dscp {entry!r}: expected LOCATION=DSCP")
+        if int(dscp) in locations:
+            raise ValueError(f"--trim-dscp {entry!r}: DSCP {dscp} already has a location")
+        locations[int(dscp)] = where
+    endpoint = EndpointConfig(
         policy=parse_policy(args.policy),
         seed=args.seed,
         line_rate_bps=args.line_rate,
         time_scale=args.time_scale,
         rto=args.rto,
         rto_max=args.rto_max,
+        max_timeouts=args.max_timeouts,
+        keep_payload=not args.no_payload,
+        trim_locations=locations,
+    )
+    host = HostConfig(
+        ip=args.ip,
+        endpoint=endpoint,
         spray=not args.no_spray,
         neighbors=neighbors,
         gateway_mac=args.gateway_mac,
-        stats_path=args.stats,
-        keep_payload=not args.no_payload,
     )
+    config = AgentConfig(iface=args.iface, host=host, stats_path=args.stats)
     config.validate()
     return config
 

@@ -71,7 +71,8 @@ def ipv4_checksum(header: bytes, offset: int = 0) -> int:
 
 
 _ETH_IP = struct.Struct("!6s6sH BBHHHBBH4s4s")
-_UDP_PACK = struct.Struct("!HHHH").pack
+UDP_STRUCT = struct.Struct("!HHHH")
+"""The UDP header: source port, destination port, length, checksum (0)."""
 _PREFIX_CACHE = 4096
 """Distinct (destination, class, length) prefixes kept; bulk flows need a handful."""
 
@@ -132,7 +133,7 @@ class FrameBuilder:
 
 
 def udp_header(sport: int, fth_len: int) -> bytes:
-    return _UDP_PACK(sport, FORGIVE_UDP_PORT, UDP_LEN + fth_len, 0)
+    return UDP_STRUCT.pack(sport, FORGIVE_UDP_PORT, UDP_LEN + fth_len, 0)
 
 
 @dataclass(slots=True)

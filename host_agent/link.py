@@ -13,6 +13,7 @@ import errno
 import fcntl
 import socket
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 
 from host_agent.wire import FORGIVE_UDP_PORT
@@ -126,12 +127,18 @@ class RawLink:
         return out
 
     def send(self, headers: bytes, body: bytes) -> None:
-        try:
-            self.sock.sendmsg((headers, body))
-        except OSError:
-            # A full device queue loses the frame exactly as a congested link would;
-            # the transport above recovers it.
-            self.tx_errors += 1
+        self.send_frames(((headers, body),))
+
+    def send_frames(self, frames: Iterable[tuple[bytes, ...]]) -> None:
+        """Each frame (its parts joined by a scatter-gather send); failures are counted."""
+        sendmsg = self.sock.sendmsg
+        for parts in frames:
+            try:
+                sendmsg(parts)
+            except OSError:
+                # A full device queue loses the frame exactly as a congested link would;
+                # the transport above recovers it.
+                self.tx_errors += 1
 
     def kernel_drops(self) -> int:
         """Frames the kernel dropped because the socket's receive buffer was full.

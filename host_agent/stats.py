@@ -1,16 +1,16 @@
-"""Statistics out of the agent as JSON lines, and the independent check of the note's bound.
+"""Statistics out of the agent as JSON lines, and the independent checks of the note's bound.
 
 The bound is recomputed here from the core's published step state rather than
-trusted from the core, so a bug in the core's accounting shows up as a loud,
-counted violation instead of a quiet number.
+trusted from the core, and the budget and the step's completion are checked
+against what the workload itself declared, so a bug in the core's accounting
+shows up as a loud, counted violation instead of a quiet number.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-import time
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import IO, Any
 
 _RELATIVE_SLACK = 1e-9
@@ -39,26 +39,54 @@ def bound_violation(state: Mapping[str, Any], vesting: bool = True) -> str | Non
     return "; ".join(problems) or None
 
 
+def loss_budget(p: float, expected: int) -> int:
+    """The note's budget, floor(p * expected), in exact arithmetic."""
+    return int(Fraction(str(p)) * expected)
+
+
+def budget_violation(state: Mapping[str, Any], p: float, expected: int, budget: int) -> str | None:
+    """Describe how a step's p, expected bytes or budget differ from what the workload declared.
+
+    `p` is the policy's probability for the step's regime, `expected` the
+    workload's own count and `budget` what `loss_budget` makes of the two.
+    """
+    problems = []
+    if float(state["p"]) != p:
+        problems.append(f"p {state['p']} but the policy gives {p}")
+    if int(state["expected"]) != expected:
+        problems.append(f"expected {state['expected']} but the workload declared {expected}")
+    if int(state["budget"]) != budget:
+        problems.append(f"budget {state['budget']} != floor(p * expected) = {budget}")
+    return "; ".join(problems) or None
+
+
+def completion_violation(state: Mapping[str, Any], expected: int, shed: int) -> str | None:
+    """At a step's end every expected gradient byte was received, forgiven or shed: none lost."""
+    received, forgiven = int(state["received"]), int(state["forgiven"])
+    if received + forgiven + shed == expected:
+        return None
+    return (
+        f"received {received} + forgiven {forgiven} + shed {shed} != expected {expected}"
+        " at step completion"
+    )
+
+
 class StatsLog:
-    """One JSON object per line, flushed per record so a killed agent loses nothing written."""
+    """One JSON object per line, flushed per record so a killed agent loses nothing written.
 
-    def __init__(self, path: str | None, host: str) -> None:
+    Records carry the caller's clock plus `offset` (a driver on the monotonic
+    clock passes the wall clock's offset; virtual time passes 0), so the same
+    run gives the same records whatever engine drives it.
+    """
+
+    def __init__(self, out: IO[str] | None, host: str, offset: float = 0.0) -> None:
         self.host = host
-        self._out: IO[str] | None
-        if path is None:
-            self._out = None
-        elif path == "-":
-            self._out = sys.stdout
-        else:
-            self._out = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self.offset = offset
+        self._out = out
 
-    def write(self, kind: str, **fields: Any) -> None:
+    def write(self, kind: str, now: float, **fields: Any) -> None:
         if self._out is None:
             return
-        record = {"type": kind, "host": self.host, "time": round(time.time(), 6), **fields}
-        self._out.write(json.dumps(record, sort_keys=False) + "\n")
-
-    def close(self) -> None:
-        if self._out is not None and self._out is not sys.stdout:
-            self._out.close()
-        self._out = None
+        record = {"type": kind, "host": self.host, "time": round(now + self.offset, 6), **fields}
+        self._out.write(json.dumps(record) + "\n")
+        self._out.flush()

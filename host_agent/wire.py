@@ -89,6 +89,10 @@ class Flag(IntFlag):
     LAST = 0x20
 
 
+MAX_DSCP = 0x3F
+"""DSCP is the top six bits of the TOS byte."""
+
+
 class Dscp(IntEnum):
     """Traffic classes carried in the IPv4 DSCP (docs/protocol.md, "Packets")."""
 
@@ -107,7 +111,15 @@ _DATA, _NACK, _CNP = int(Opcode.DATA), int(Opcode.NACK), int(Opcode.CNP)
 
 
 class MalformedPacket(ValueError):
-    """A packet that is too short, of another version or opcode, or whose lengths disagree."""
+    """A packet that is too short, of another version or opcode, or whose lengths disagree.
+
+    `reason` names the check that failed in a word the cores count packets under:
+    "short", "bad_header", or "out_of_range" for a DATA range past the flow's length.
+    """
+
+    def __init__(self, message: str, reason: str = "bad_header") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +167,17 @@ def check_fields(
         if length == 0 or length > PACKET_BYTES:
             raise MalformedPacket(f"DATA length {length} outside 1..{PACKET_BYTES}")
         if seq + length > aux:
-            raise MalformedPacket(f"DATA range [{seq}, {seq + length}) beyond flow length {aux}")
-        expected = 0 if flags & _TRIMMED else length
-        if payload_len != expected:
             raise MalformedPacket(
-                f"DATA carries {payload_len} payload bytes, header says {expected}"
+                f"DATA range [{seq}, {seq + length}) beyond flow length {aux}", "out_of_range"
             )
+        if flags & _TRIMMED:
+            # A trim larger than the headers keeps some cut payload; it is ignored.
+            if payload_len > length:
+                raise MalformedPacket(
+                    f"trimmed DATA carries {payload_len} payload bytes, more than its {length}"
+                )
+        elif payload_len != length:
+            raise MalformedPacket(f"DATA carries {payload_len} payload bytes, header says {length}")
         return
     if flags & _DATA_ONLY_FLAGS:
         raise MalformedPacket(f"flags 0x{flags:02x} are for DATA only")
@@ -173,11 +190,28 @@ def check_fields(
         raise MalformedPacket("NACK of an empty range")
 
 
-def decode(buf: bytes | bytearray | memoryview) -> tuple[Fth, memoryview]:
-    """Split a buffer that starts at the FTH into the header and its payload."""
+Fields = tuple[int, int, int, int, int, int]
+"""(opcode, flags, length, flow_id, seq, aux): the FTH as plain ints, for per-packet paths."""
+
+
+def peek(buf: bytes | bytearray | memoryview) -> Fields:
+    """The FTH fields of a buffer that starts at the FTH, without checking them.
+
+    For code above the cores that must route or account a packet the cores
+    validate themselves; MalformedPacket only when there is no FTH at all.
+    """
     if len(buf) < FTH_LEN:
         raise MalformedPacket(f"{len(buf)} bytes, shorter than the {FTH_LEN}-byte FTH")
     vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
+    return vo & 0x0F, flags, length, flow_id, seq, aux
+
+
+def decode(buf: bytes | bytearray | memoryview) -> tuple[Fth, memoryview]:
+    """Split a buffer that starts at the FTH into the header and its payload."""
+    if len(buf) < FTH_LEN:
+        raise MalformedPacket(f"{len(buf)} bytes, shorter than the {FTH_LEN}-byte FTH", "short")
+    vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
     check_fields(vo >> 4, vo & 0x0F, flags, length, seq, aux, len(buf) - FTH_LEN)
     header = Fth(Opcode(vo & 0x0F), Flag(flags), length, flow_id, seq, aux)
-    return header, memoryview(buf)[FTH_LEN:]
+    # What a trim kept past the FTH is no payload: the receiver ignores it.
+    return header, memoryview(buf)[FTH_LEN : FTH_LEN if flags & _TRIMMED else len(buf)]

@@ -7,6 +7,10 @@
  * what the low queue admits: BMv2 queues count packets, FORGIVE budgets bytes,
  * so ingress keeps each port's low-queue byte occupancy in a register and
  * trims (FTH DATA) or drops (anything else) a packet that would overflow it.
+ * How it trims is set by the controller the way SAI sets a switch's trimming:
+ * size and queue switch-wide, DSCP per egress port, eligibility per traffic
+ * class, ACL rules that disable it, and a bound on the trim queue (its bytes
+ * are kept the same way), past which a trimmed packet is dropped and counted.
  * The control surface (table, action, counter names) is documented in
  * docs/dataplane.md and shared with the Python switch model.
  */
@@ -22,19 +26,20 @@ error {
 }
 
 /*************************************************************************
- *  Low-queue byte occupancy, shared by ingress (admits) and egress (releases)
+ *  Per-queue byte occupancy, shared by ingress (admits) and egress (releases)
  *************************************************************************/
 
 register<bit<32>>(NUM_PORTS) low_queue_occupancy;
+register<bit<32>>(NUM_PORTS) high_queue_occupancy;
 
 /*************************************************************************
  *  Parser
  *************************************************************************/
 
-parser MyParser(packet_in packet,
-                out headers_t hdr,
-                inout metadata_t meta,
-                inout standard_metadata_t standard_metadata) {
+parser ForgiveParser(packet_in packet,
+                     out headers_t hdr,
+                     inout metadata_t meta,
+                     inout standard_metadata_t standard_metadata) {
 
     state start {
         packet.extract(hdr.ethernet);
@@ -72,7 +77,7 @@ parser MyParser(packet_in packet,
  *  Checksum verification
  *************************************************************************/
 
-control MyVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+control ForgiveVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         verify_checksum(hdr.ipv4.isValid(),
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
@@ -87,12 +92,16 @@ control MyVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
  *  Ingress: route, then decide queue, trim, drop or ECN mark
  *************************************************************************/
 
-control MyIngress(inout headers_t hdr,
-                  inout metadata_t meta,
-                  inout standard_metadata_t standard_metadata) {
+control ForgiveIngress(inout headers_t hdr,
+                       inout metadata_t meta,
+                       inout standard_metadata_t standard_metadata) {
 
     counter(NUM_PORTS, CounterType.packets) port_ce_marks;
+    /* SAI's three trim counters: trimmed (sent or not), trimmed and admitted
+     * to the trim queue, trimmed but dropped because the trim queue was full. */
     counter(NUM_PORTS, CounterType.packets) port_trims;
+    counter(NUM_PORTS, CounterType.packets) port_trim_tx;
+    counter(NUM_PORTS, CounterType.packets) port_trim_drops;
     counter(NUM_PORTS, CounterType.packets) port_drops;
 
     action drop() {
@@ -159,20 +168,87 @@ control MyIngress(inout headers_t hdr,
         mark_to_drop(standard_metadata);
     }
 
-    action send_high() {
-        standard_metadata.priority = PRIO_HIGH;
+    /* Switch-wide trimming (SAI's PACKET_TRIM_SIZE and PACKET_TRIM_QUEUE_INDEX):
+     * the default entry; without one a trim keeps TRIMMED_FRAME_BYTES and goes
+     * to the high queue. */
+    action set_switch_trimming(bit<32> size, bit<3> queue_index) {
+        meta.trim_size = size;
+        meta.trim_queue = queue_index;
     }
 
-    /* Cut to Ethernet/IPv4/UDP/FTH. FTH length stays: it names the lost range.
-     * The UDP checksum no longer covers the payload, so it becomes 0 (none). */
-    action trim() {
-        truncate(TRIMMED_FRAME_BYTES);
+    table switch_trimming {
+        actions = { set_switch_trimming; NoAction; }
+        default_action = NoAction();
+    }
+
+    /* The packet is dropped, not trimmed, when its queue is full: a traffic
+     * class whose packet_discard_action is drop, or an ACL DISABLE_TRIM rule. */
+    action disable_trim() {
+        meta.trim_disabled = 1;
+    }
+
+    table trim_eligibility {
+        key = { hdr.ipv4.dscp: exact; }
+        actions = { disable_trim; NoAction; }
+        default_action = NoAction();
+        size = 64;
+    }
+
+    table trim_acl {
+        key = {
+            hdr.ipv4.srcAddr: ternary;
+            hdr.ipv4.dstAddr: ternary;
+            hdr.ipv4.dscp: ternary;
+        }
+        actions = { disable_trim; NoAction; }
+        default_action = NoAction();
+        size = 256;
+    }
+
+    /* The trimmed packet's DSCP: one value for every port (the default entry)
+     * or one per egress port (asymmetric DSCP); none keeps the DSCP. */
+    action set_trim_dscp(bit<6> dscp) {
+        hdr.ipv4.dscp = dscp;
+    }
+
+    table trim_dscp {
+        key = { standard_metadata.egress_spec: exact; }
+        actions = { set_trim_dscp; NoAction; }
+        default_action = NoAction();
+        size = NUM_PORTS;
+    }
+
+    /* Bytes the high queue may hold before a trimmed packet headed there is
+     * dropped; no entry: unbounded. */
+    action set_trim_queue_bytes(bit<32> trim_queue_bytes) {
+        meta.trim_queue_bytes = trim_queue_bytes;
+    }
+
+    table trim_queue_limit {
+        key = { standard_metadata.egress_spec: exact; }
+        actions = { set_trim_queue_bytes; NoAction; }
+        default_action = NoAction();
+        size = NUM_PORTS;
+    }
+
+    /* Cut to `kept` bytes (Ethernet/IPv4/UDP/FTH and, past a 58-byte trim size,
+     * some payload the receiver ignores). FTH length stays: it names the lost
+     * range. The UDP checksum no longer covers the payload, so it becomes 0. */
+    action trim(bit<32> kept) {
+        truncate(kept);
         hdr.fth.flags = hdr.fth.flags | FTH_FLAG_TRIMMED;
-        hdr.ipv4.totalLen = TRIMMED_IPV4_TOTAL_LEN;
-        hdr.udp.length = TRIMMED_UDP_LEN;
+        hdr.ipv4.totalLen = (bit<16>)(kept - ETH_HEADER_BYTES);
+        hdr.udp.length = (bit<16>)(kept - ETH_HEADER_BYTES - IPV4_HEADER_BYTES);
         hdr.udp.checksum = 0;
-        standard_metadata.priority = PRIO_HIGH;
         port_trims.count((bit<32>)standard_metadata.egress_spec);
+        port_trim_tx.count((bit<32>)standard_metadata.egress_spec);
+    }
+
+    /* Trimmed, but the trim queue has no room: SAI's trimmed-but-dropped. */
+    action drop_trimmed() {
+        port_trims.count((bit<32>)standard_metadata.egress_spec);
+        port_trim_drops.count((bit<32>)standard_metadata.egress_spec);
+        mark_to_drop(standard_metadata);
     }
 
     action mark_ce() {
@@ -191,6 +267,17 @@ control MyIngress(inout headers_t hdr,
         }
         meta.admitted_bytes = size;
         standard_metadata.priority = PRIO_LOW;
+    }
+
+    /* Mirror of admit_low for the high queue, whose bytes only bound trims. */
+    action admit_high(bit<32> size) {
+        @atomic {
+            bit<32> occupancy;
+            high_queue_occupancy.read(occupancy, (bit<32>)standard_metadata.egress_spec);
+            high_queue_occupancy.write((bit<32>)standard_metadata.egress_spec, occupancy + size);
+        }
+        meta.admitted_high_bytes = size;
+        standard_metadata.priority = PRIO_HIGH;
     }
 
     apply {
@@ -227,7 +314,7 @@ control MyIngress(inout headers_t hdr,
             if (expired || malformed) {
                 drop_at_port();
             } else if (is_control) {
-                send_high();
+                admit_high(size);
             } else if (!port_thresholds.apply().hit) {
                 admit_low(size);
             } else {
@@ -235,9 +322,37 @@ control MyIngress(inout headers_t hdr,
                 low_queue_occupancy.read(occupancy, (bit<32>)standard_metadata.egress_spec);
                 if (occupancy + size > meta.data_queue_bytes) {
                     if (is_data) {
-                        trim();
-                    } else {
+                        trim_eligibility.apply();
+                        trim_acl.apply();
+                    }
+                    if (!is_data || meta.trim_disabled == 1) {
                         drop_at_port();
+                    } else {
+                        meta.trim_size = TRIMMED_FRAME_BYTES;
+                        meta.trim_queue = PRIO_HIGH;
+                        switch_trimming.apply();
+                        bit<32> kept = size < meta.trim_size ? size : meta.trim_size;
+                        /* The trimmed packet must fit its queue: the data queue's
+                         * budget, or the high queue's limit where one is set. */
+                        bool full = false;
+                        if (meta.trim_queue == PRIO_LOW) {
+                            full = occupancy + kept > meta.data_queue_bytes;
+                        } else if (trim_queue_limit.apply().hit) {
+                            bit<32> queued;
+                            high_queue_occupancy.read(queued, (bit<32>)standard_metadata.egress_spec);
+                            full = queued + kept > meta.trim_queue_bytes;
+                        }
+                        if (full) {
+                            drop_trimmed();
+                        } else {
+                            trim(kept);
+                            trim_dscp.apply();
+                            if (meta.trim_queue == PRIO_LOW) {
+                                admit_low(kept);
+                            } else {
+                                admit_high(kept);
+                            }
+                        }
                     }
                 } else {
                     if (is_data && hdr.ipv4.ecn != ECN_NOT_ECT && hdr.ipv4.ecn != ECN_CE
@@ -268,9 +383,9 @@ control MyIngress(inout headers_t hdr,
  *  Egress: release low-queue bytes, count what leaves
  *************************************************************************/
 
-control MyEgress(inout headers_t hdr,
-                 inout metadata_t meta,
-                 inout standard_metadata_t standard_metadata) {
+control ForgiveEgress(inout headers_t hdr,
+                      inout metadata_t meta,
+                      inout standard_metadata_t standard_metadata) {
 
     counter(NUM_PORTS, CounterType.packets_and_bytes) port_tx;
 
@@ -285,9 +400,21 @@ control MyEgress(inout headers_t hdr,
         }
     }
 
+    action release_high() {
+        @atomic {
+            bit<32> occupancy;
+            high_queue_occupancy.read(occupancy, (bit<32>)standard_metadata.egress_port);
+            high_queue_occupancy.write((bit<32>)standard_metadata.egress_port,
+                occupancy > meta.admitted_high_bytes ? occupancy - meta.admitted_high_bytes : 0);
+        }
+    }
+
     apply {
         if (meta.admitted_bytes != 0) {
             release_low();
+        }
+        if (meta.admitted_high_bytes != 0) {
+            release_high();
         }
         port_tx.count((bit<32>)standard_metadata.egress_port);
     }
@@ -297,7 +424,7 @@ control MyEgress(inout headers_t hdr,
  *  Checksum computation
  *************************************************************************/
 
-control MyComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+control ForgiveComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         update_checksum(hdr.ipv4.isValid(),
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
@@ -312,7 +439,7 @@ control MyComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
  *  Deparser
  *************************************************************************/
 
-control MyDeparser(packet_out packet, in headers_t hdr) {
+control ForgiveDeparser(packet_out packet, in headers_t hdr) {
     apply {
         packet.emit(hdr.ethernet);
         packet.emit(hdr.ipv4);
@@ -322,10 +449,10 @@ control MyDeparser(packet_out packet, in headers_t hdr) {
 }
 
 V1Switch(
-    MyParser(),
-    MyVerifyChecksum(),
-    MyIngress(),
-    MyEgress(),
-    MyComputeChecksum(),
-    MyDeparser()
+    ForgiveParser(),
+    ForgiveVerifyChecksum(),
+    ForgiveIngress(),
+    ForgiveEgress(),
+    ForgiveComputeChecksum(),
+    ForgiveDeparser()
 ) main;

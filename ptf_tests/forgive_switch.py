@@ -1,5 +1,11 @@
 """PTF suite for the FORGIVE switch: one file for every target (test param `target`).
 
+Targets differ by architecture the way fabric-tna's suite handles it: the
+target class says "v1model" or "tna", and the few tests whose expectations
+differ branch on `self.is_tna` (docs/tofino.md): a TNA program gets its own
+control calls (p4rt_tna), counts FCS bytes, and on tofino-model trims what
+--dod-test-mode deflects rather than what a paced queue overflows.
+
 Every test pushes the pipeline afresh (which zeroes registers and counters),
 installs its own entries, sends packets built with the project's scapy FTH
 layer and compares what comes out byte for byte. Tests that need a standing
@@ -19,9 +25,20 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
 from host_agent.scapy_layer import FTH
-from host_agent.wire import FORGIVE_UDP_PORT, PACKET_BYTES, TRIMMED_FRAME_LEN, Dscp, Flag, Opcode
-from ptf_tests.p4rt import SwitchSession, Thresholds
+from host_agent.wire import (
+    ETH_LEN,
+    FORGIVE_UDP_PORT,
+    IPV4_LEN,
+    PACKET_BYTES,
+    TRIMMED_FRAME_LEN,
+    Dscp,
+    Flag,
+    Opcode,
+)
+from ptf_tests.p4rt import SwitchSession
+from ptf_tests.p4rt_tna import TnaSwitchSession
 from ptf_tests.targets import PRIO_LOW, TARGETS, Endpoint
+from switch_model.surface import Thresholds
 
 SWITCH_MAC = "00:00:5e:00:53:01"
 HOST_MAC = "02:00:00:00:00:01"
@@ -32,6 +49,10 @@ FULL_FRAME = 14 + 20 + 8 + 16 + PACKET_BYTES
 THROTTLED_PPS = 2
 """Low-queue drain rate while a test needs a standing queue: one slot every 0.5 s,
 far longer than the switch takes to take in a burst."""
+FCS_BYTES = 4
+"""Tofino's counters count the frame check sequence; BMv2's and the model's do not."""
+DOD_PERIOD = 10
+"""tofino-model --dod-test-mode deflects every tenth packet sent with deflect_on_drop."""
 
 
 def nhop_mac(port: int) -> str:
@@ -47,10 +68,14 @@ def fth_packet(
     seq: int = 0,
     ecn: int = ECT0,
     ttl: int = 64,
+    src: str = SRC_IP,
+    dscp: int | None = None,
 ) -> Packet:
-    """A FORGIVE packet as a host agent sends it (UDP checksum 0, DSCP by class)."""
+    """A FORGIVE packet as a host agent sends it (UDP checksum 0, DSCP by class: gradient
+    DATA unless `dscp` says otherwise)."""
     data = opcode == Opcode.DATA
-    dscp = Dscp.GRADIENT if data else Dscp.CONTROL
+    if dscp is None:
+        dscp = Dscp.GRADIENT if data else Dscp.CONTROL
     fth = FTH(
         opcode=opcode,
         flags=0 if data else int(Flag.ELIGIBLE),
@@ -62,7 +87,7 @@ def fth_packet(
     payload = bytes((seq + i) & 0xFF for i in range(payload_len)) if data else b""
     return (
         Ether(dst=SWITCH_MAC, src=HOST_MAC)
-        / IP(src=SRC_IP, dst=dst, tos=(dscp << 2) | (ecn if data else NOT_ECT), ttl=ttl, id=seq)
+        / IP(src=src, dst=dst, tos=(dscp << 2) | (ecn if data else NOT_ECT), ttl=ttl, id=seq)
         / UDP(sport=sport, dport=FORGIVE_UDP_PORT, chksum=0)
         / fth
         / Raw(payload)
@@ -96,17 +121,23 @@ def ce_marked(pkt: Packet) -> Packet:
     return Ether(bytes(out))
 
 
-def trimmed(pkt: Packet, port: int) -> Packet:
-    """The 58-byte header a trim leaves of DATA `pkt` routed towards `port`."""
+def trimmed(
+    pkt: Packet, port: int, size: int = TRIMMED_FRAME_LEN, dscp: int | None = None
+) -> Packet:
+    """What a trim to `size` bytes (58 by default: the headers alone) leaves of DATA `pkt`
+    routed towards `port`, with its DSCP rewritten to `dscp` if given."""
     out = routed(pkt, port)
     out[FTH].flags = int(out[FTH].flags) | Flag.TRIMMED
-    out[FTH].remove_payload()
-    out[IP].len = 44
-    out[UDP].len = 24
+    kept = min(len(out), size)
+    out = Ether(bytes(out)[:kept])
+    out[IP].len = kept - ETH_LEN
+    out[UDP].len = kept - ETH_LEN - IPV4_LEN
     out[UDP].chksum = 0
+    if dscp is not None:
+        out[IP].tos = dscp << 2 | int(out[IP].tos) & 0x3
     del out[IP].chksum
     out = Ether(bytes(out))
-    assert len(out) == TRIMMED_FRAME_LEN
+    assert len(out) == kept
     return out
 
 
@@ -124,14 +155,19 @@ class ForgiveTest(BaseTest):
             grpc_port=int(params["grpc_port"]),
             aux_port=int(params["aux_port"]),
         )
-        self.target = TARGETS[params["target"]](endpoint)
-        self.switch = SwitchSession(endpoint.grpc_addr, params["p4info"], params["device_config"])
-        self.throttled: list[int] = []
+        target = TARGETS[params["target"]]
+        self.target = target(endpoint)
+        self.is_tna = target.arch == "tna"
+        config = (endpoint.grpc_addr, params["p4info"], params["device_config"])
+        self.switch = (
+            TnaSwitchSession(*config, self.target) if self.is_tna else SwitchSession(*config)
+        )
+        self.throttled: list[tuple[int, int]] = []
         self.pps = THROTTLED_PPS
 
     def tearDown(self) -> None:
-        for port in self.throttled:
-            self.target.set_queue_rate(port, 0, PRIO_LOW)
+        for port, priority in self.throttled:
+            self.target.set_queue_rate(port, 0, priority)
         # a failed test can leave packets queued on their old schedule: let them out
         # here rather than into the next test
         while self.throttled and isinstance(
@@ -141,9 +177,35 @@ class ForgiveTest(BaseTest):
         self.switch.close()
         BaseTest.tearDown(self)
 
-    def throttle(self, port: int, pps: int = THROTTLED_PPS) -> None:
-        self.target.set_queue_rate(port, pps, PRIO_LOW)
-        self.throttled.append(port)
+    def needs_paced_queues(self) -> None:
+        """Skip where the target cannot hold a standing queue by draining it slowly."""
+        if self.is_tna:
+            self.skipTest(
+                "tofino-model does not pace queues; DeflectTrimTest covers trimming on TNA"
+            )
+
+    def align_deflections(self, port: int, dst: str) -> None:
+        """On tofino-model, send not-ECT DATA to managed `port` (routed to by `dst`)
+        until --dod-test-mode deflects one: the next DOD_PERIOD - 1 packets sent with
+        deflect_on_drop go through, whatever earlier tests sent."""
+        if not self.is_tna:
+            return
+        for i in range(DOD_PERIOD):
+            pkt = fth_packet(dst, seq=(1 << 30) + i * PACKET_BYTES, ecn=NOT_ECT)
+            self.send(1, pkt)
+            (got,) = self.receive(port, 1)
+            if got == bytes(trimmed(pkt, port)):
+                return
+            self.assertEqual(got, bytes(routed(pkt, port)))
+        self.fail(f"no trimmed header in {DOD_PERIOD} DATA packets")
+
+    def wire_bytes(self, *frames: Packet) -> int:
+        """What port_tx adds for these frames on this target."""
+        return sum(len(f) + (FCS_BYTES if self.is_tna else 0) for f in frames)
+
+    def throttle(self, port: int, pps: int = THROTTLED_PPS, priority: int = PRIO_LOW) -> None:
+        self.target.set_queue_rate(port, pps, priority)
+        self.throttled.append((port, priority))
         self.pps = pps
 
     def send(self, port: int, pkt: Packet) -> None:
@@ -199,8 +261,8 @@ class RoutingTest(ForgiveTest):
         testutils.verify_no_other_packets(self)
 
         c2, c3 = self.switch.port_counters(2), self.switch.port_counters(3)
-        self.assertEqual((c2.tx_packets, c2.tx_bytes), (2, len(wide) + len(icmp)))
-        self.assertEqual((c3.tx_packets, c3.tx_bytes), (1, len(narrow)))
+        self.assertEqual((c2.tx_packets, c2.tx_bytes), (2, self.wire_bytes(wide, icmp)))
+        self.assertEqual((c3.tx_packets, c3.tx_bytes), (1, self.wire_bytes(narrow)))
         self.assertEqual(c2.drops, 1, "the TTL-1 packet counts as a drop at its egress port")
         self.assertEqual((c2.trims, c2.ce_marks), (0, 0))
 
@@ -236,6 +298,7 @@ class EcnMarkingTest(ForgiveTest):
     above ecn_kmax it is marked; not-ECT DATA is never marked."""
 
     def runTest(self) -> None:
+        self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
         s = FULL_FRAME
         self.switch.set_thresholds(2, Thresholds(100 * s, 2 * s, 3 * s, 0))
@@ -266,6 +329,7 @@ class EcnBandTest(ForgiveTest):
     some are not, and the counter agrees with what came out."""
 
     def runTest(self) -> None:
+        self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
         s = FULL_FRAME
         self.switch.set_thresholds(2, Thresholds(100 * s, 0, 4 * s, 65536))
@@ -294,6 +358,7 @@ class TrimPriorityTest(ForgiveTest):
     the high queue; trimmed headers and an ACK overtake the data queued before them."""
 
     def runTest(self) -> None:
+        self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
         s = FULL_FRAME
         self.switch.set_thresholds(2, Thresholds(3 * s, s, 2 * s, 65536))
@@ -324,6 +389,7 @@ class NonFthDropTest(ForgiveTest):
     """A non-FTH packet that does not fit the data queue is dropped, never trimmed."""
 
     def runTest(self) -> None:
+        self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
         s = 1500
         self.switch.set_thresholds(2, Thresholds(3 * s, 0, 0, 65536))
@@ -337,3 +403,67 @@ class NonFthDropTest(ForgiveTest):
         c = self.switch.port_counters(2)
         self.assertEqual((c.tx_packets, c.tx_bytes), (4, 4 * s))
         self.assertEqual((c.drops, c.trims, c.ce_marks), (2, 0, 0))
+
+
+class DepthMarkTest(ForgiveTest):
+    """With ecn_kmin = ecn_kmax = 0 every ECT DATA packet is marked, even into an
+    empty queue; not-ECT DATA and control never are; with thresholds beyond any
+    queue nothing is. Needs no paced queue, so it runs on every target."""
+
+    def runTest(self) -> None:
+        self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
+        self.switch.route("10.0.3.0/24", nhop_mac(3), 3)
+        self.switch.set_thresholds(2, Thresholds(100 * FULL_FRAME, 0, 0, 0))
+        far = 50 * FULL_FRAME
+        self.switch.set_thresholds(3, Thresholds(100 * FULL_FRAME, far, far, 65536))
+        self.align_deflections(2, "10.0.2.9")
+        before = self.switch.port_counters(2).ce_marks
+        sent = [
+            (fth_packet("10.0.2.9", seq=0), 2, True),
+            (fth_packet("10.0.2.9", seq=PACKET_BYTES, ecn=NOT_ECT), 2, False),
+            (fth_packet("10.0.2.9", opcode=Opcode.ACK, payload_len=0), 2, False),
+            (fth_packet("10.0.3.9", seq=0), 3, False),
+        ]
+        for pkt, port, marked in sent:
+            self.send(1, pkt)
+            out = routed(pkt, port)
+            self.expect_sequence(port, [ce_marked(out) if marked else out])
+        testutils.verify_no_other_packets(self)
+        self.assertEqual(self.switch.port_counters(2).ce_marks - before, 1)
+        self.assertEqual(self.switch.port_counters(3).ce_marks, 0)
+
+
+class DeflectTrimTest(ForgiveTest):
+    """tofino-model --dod-test-mode deflects every tenth packet sent with
+    deflect_on_drop (every low-queue packet to a managed port): the deflected
+    DATA leaves its port as its 58-byte trimmed header, deflected non-FTH
+    traffic is dropped and counted, the other nine go through untouched."""
+
+    def runTest(self) -> None:
+        if not self.is_tna:
+            self.skipTest("deflect-on-drop test mode is tofino-model's")
+        self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
+        self.switch.set_thresholds(
+            2, Thresholds(100 * FULL_FRAME, 50 * FULL_FRAME, 50 * FULL_FRAME, 0)
+        )
+        self.align_deflections(2, "10.0.2.9")
+        before = self.switch.port_counters(2)
+        burst = [fth_packet("10.0.2.9", seq=i * PACKET_BYTES) for i in range(DOD_PERIOD)]
+        for pkt in burst:
+            self.send(1, pkt)
+        got = self.receive(2, DOD_PERIOD)
+        expected = [bytes(routed(p, 2)) for p in burst[:-1]] + [bytes(trimmed(burst[-1], 2))]
+        self.assertEqual(sorted(got), sorted(expected))
+        others = [udp_packet("10.0.2.9", 1000, ident=i) for i in range(DOD_PERIOD)]
+        for pkt in others:
+            self.send(1, pkt)
+        self.expect_sequence(2, [routed(p, 2) for p in others[:-1]])
+        testutils.verify_no_other_packets(self)
+        after = self.switch.port_counters(2)
+        self.assertEqual(after.trims - before.trims, 1)
+        self.assertEqual(after.drops - before.drops, 1)
+        self.assertEqual(after.tx_packets - before.tx_packets, 2 * DOD_PERIOD - 1)
+        self.assertEqual(
+            after.tx_bytes - before.tx_bytes,
+            self.wire_bytes(*burst[:-1], trimmed(burst[-1], 2), *others[:-1]),
+        )

@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller import DEVICE_CONFIG, P4INFO
 from ptf_tests.targets import TARGETS, Endpoint
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,10 +51,13 @@ def missing_prerequisite(target: str) -> str | None:
             return f"{tool} not installed"
     if not (Path(sys.executable).parent / "ptf").exists():
         return "ptf not installed in this Python environment"
-    for artifact in (P4INFO, DEVICE_CONFIG):
+    reason = TARGETS[target].missing()
+    if reason:
+        return reason
+    for artifact in TARGETS[target].pipeline():
         if not artifact.exists():
             return f"{artifact.relative_to(REPO)} missing (run make p4)"
-    return TARGETS[target].missing()
+    return None
 
 
 def _ip(*args: str) -> None:
@@ -114,13 +116,14 @@ def run(target: str, tests: Sequence[str] = (), log_dir: Path | None = None) -> 
         switch = TARGETS[target](endpoint)
         try:
             switch.start()
+            p4info, device_config = TARGETS[target].pipeline()
             params = {
                 "target": target,
                 "netns": netns,
                 "grpc_port": GRPC_PORT,
                 "aux_port": AUX_PORT,
-                "p4info": str(P4INFO),
-                "device_config": str(DEVICE_CONFIG),
+                "p4info": str(p4info),
+                "device_config": str(device_config),
                 "log_dir": str(log_dir),
             }
             cmd = ["ip", "netns", "exec", netns, str(Path(sys.executable).parent / "ptf")]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from controller import DEVICE_CONFIG, P4INFO
 from switch_model.port import PRIO_LOW
 from topologies.processes import stop_process
 
@@ -43,6 +44,14 @@ class SwitchTarget(ABC):
     """One kind of switch. Construct with an Endpoint; `start` only in the harness."""
 
     name: ClassVar[str]
+    arch: ClassVar[str] = "v1model"
+    """The P4 architecture of its program: "v1model" (p4src/forgive.p4) or "tna"
+    (p4src/tna/forgive.p4). Tests branch on it where the targets differ."""
+
+    @classmethod
+    def pipeline(cls) -> tuple[Path, Path]:
+        """The P4Info and device config the suite pushes to this target."""
+        return P4INFO, DEVICE_CONFIG
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -210,3 +219,7 @@ class ModelTarget(SwitchTarget):
             self.control_path,
             {"cmd": "set_queue_rate", "port": port, "priority": priority, "pps": pps},
         )
+
+
+# Targets defined in modules of their own register when imported here.
+from ptf_tests import tofino_model  # noqa: E402, F401

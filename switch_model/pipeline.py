@@ -1,13 +1,13 @@
 """forgive.p4 in Python, block by block, so that the two read side by side.
 
-`Pipeline` has a method per block of the P4 program: `parse` (MyParser, with
-MyVerifyChecksum's verdict), `ingress` (MyIngress's apply block, in its order),
+`Pipeline` has a method per block of the P4 program: `parse` (ForgiveParser, with
+ForgiveVerifyChecksum's verdict), `ingress` (ForgiveIngress's apply block, in its order),
 the actions `drop`, `set_nhop`, `choose_ecmp_member`, `drop_at_port`,
-`send_high`, `trim`, `mark_ce` and `admit_low`, and `egress` (MyEgress). The
-three tables are applied through the `Forwarding` snapshot
+`admit_high`, `trim`, `set_trim_dscp`, `drop_trimmed`, `mark_ce` and `admit_low`, and
+`egress` (ForgiveEgress). The tables are applied through the `Forwarding` snapshot
 (`switch_model.tables`), whose routes are tagged by the action they run. What
 sits between ingress and egress on a target, the traffic manager, is the
-port model (`switch_model.port`); MyComputeChecksum runs as a frame is handed
+port model (`switch_model.port`); ForgiveComputeChecksum runs as a frame is handed
 to it, since egress rewrites no header. Header offsets and numbers come from
 `host_agent.wire`, which p4src/include/*.p4 mirror.
 
@@ -48,9 +48,6 @@ from host_agent.wire import (
     IPV4_TOS_AT,
     IPV4_TOTAL_LEN_AT,
     IPV4_TTL_AT,
-    TRIMMED_FRAME_LEN,
-    TRIMMED_IPV4_TOTAL_LEN,
-    TRIMMED_UDP_LEN,
     UDP_AT,
     UDP_LEN,
     UDP_LENGTH_AT,
@@ -59,8 +56,9 @@ from host_agent.wire import (
 )
 from switch_model.counters import CounterArrays
 from switch_model.crc16 import crc16
-from switch_model.port import EgressPort
-from switch_model.tables import PMAX_ONE, EcmpGroup, Forwarding, NextHop, Thresholds
+from switch_model.port import PRIO_HIGH, PRIO_LOW, EgressPort
+from switch_model.surface import DEFAULT_TRIMMING, PMAX_ONE, Thresholds
+from switch_model.tables import EcmpGroup, Forwarding, NextHop
 
 _ETHERTYPE_IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
 _IPV4 = struct.Struct("!BBH4xBB")
@@ -76,7 +74,7 @@ _TRIMMED = int(Flag.TRIMMED)
 
 
 def ipv4_checksum(frame: bytearray) -> None:
-    """Recompute the IPv4 header checksum in place (MyComputeChecksum, csum16)."""
+    """Recompute the IPv4 header checksum in place (ForgiveComputeChecksum, csum16)."""
     frame[IPV4_CHECKSUM_AT : IPV4_CHECKSUM_AT + 2] = b"\0\0"
     total = sum(_IP_WORDS.unpack_from(frame, IPV4_AT))
     total = (total & 0xFFFF) + (total >> 16)
@@ -85,7 +83,7 @@ def ipv4_checksum(frame: bytearray) -> None:
 
 
 def ipv4_checksum_ok(frame: bytearray) -> bool:
-    """MyVerifyChecksum: csum16 over the 20-byte header as received."""
+    """ForgiveVerifyChecksum: csum16 over the 20-byte header as received."""
     total = sum(_IP_WORDS.unpack_from(frame, IPV4_AT))
     total = (total & 0xFFFF) + (total >> 16)
     total = (total & 0xFFFF) + (total >> 16)
@@ -134,7 +132,7 @@ class Pipeline:
             return self.drop("short frame" if ipv4 or len(frame) < ETH_LEN else "not IPv4")
         return self.ingress(frame, hdr, now)
 
-    # -- MyParser, MyVerifyChecksum -------------------------------------------------
+    # -- ForgiveParser, ForgiveVerifyChecksum -------------------------------------------------
 
     @staticmethod
     def parse(frame: bytearray) -> Headers | None:
@@ -182,7 +180,7 @@ class Pipeline:
             error or not ipv4_checksum_ok(frame),
         )
 
-    # -- MyIngress ------------------------------------------------------------------
+    # -- ForgiveIngress ------------------------------------------------------------------
 
     def ingress(self, frame: bytearray, hdr: Headers, now: float) -> EgressPort | None:
         """The apply block: route, then drop, queue high, trim, mark or admit low."""
@@ -203,15 +201,31 @@ class Pipeline:
             return self.drop("no such port")
         self.set_nhop(frame, route, hdr)
         if hdr.is_control:
-            return self.send_high(frame, egress, now)
+            return self.admit_high(frame, egress, now)
         th = fwd.port_thresholds(port)
         if th is None:
             return self.admit_low(frame, egress, now)
         occupancy = egress.low_bytes
-        if occupancy + len(frame) > th.data_queue_bytes:
-            if hdr.is_data:
-                return self.trim(frame, egress, now)
-            return self.drop_at_port(port, "data queue full")
+        size = len(frame)
+        if occupancy + size > th.data_queue_bytes:
+            if not hdr.is_data or self.trim_disabled(fwd, frame, hdr):
+                return self.drop_at_port(port, "data queue full")
+            trimming = fwd.switch_trimming() or DEFAULT_TRIMMING
+            kept = size if size < trimming.size else trimming.size
+            # The trimmed packet must fit its queue: the data queue's budget, or the high
+            # queue's limit where one is set.
+            if trimming.queue_index == PRIO_LOW:
+                full = occupancy + kept > th.data_queue_bytes
+            else:
+                limit = fwd.trim_queue_limit(port)
+                full = limit is not None and egress.high_bytes + kept > limit
+            if full:
+                return self.drop_trimmed(port)
+            self.trim(frame, port, kept)
+            dscp = fwd.trim_dscp(port)
+            if dscp is not None:
+                self.set_trim_dscp(frame, dscp)
+            return self._enqueue(frame, size, egress, trimming.queue_index == PRIO_HIGH, now, True)
         ecn = hdr.tos & ECN_MASK
         if (
             hdr.is_data
@@ -246,19 +260,40 @@ class Pipeline:
         self.counters.drops[port] += 1
         self.dropped[reason] += 1
 
-    def send_high(self, frame: bytearray, egress: EgressPort, now: float) -> EgressPort | None:
+    def admit_high(self, frame: bytearray, egress: EgressPort, now: float) -> EgressPort | None:
+        """Into the high queue, whose byte count is the program's high_queue_occupancy."""
         return self._enqueue(frame, len(frame), egress, True, now)
 
-    def trim(self, frame: bytearray, egress: EgressPort, now: float) -> EgressPort | None:
-        """Cut to Ethernet/IPv4/UDP/FTH; the FTH length stays: it names the lost range. The
+    @staticmethod
+    def trim_disabled(fwd: Forwarding, frame: bytearray, hdr: Headers) -> bool:
+        """trim_eligibility, then trim_acl: either may run disable_trim."""
+        dscp = hdr.tos >> 2
+        src = int.from_bytes(frame[IPV4_SRC_AT : IPV4_SRC_AT + 4], "big")
+        disabled = fwd.trim_eligibility(dscp)
+        return fwd.trim_acl(src, hdr.dst, dscp) or disabled
+
+    def trim(self, frame: bytearray, port: int, kept: int) -> None:
+        """Cut to `kept` bytes (Ethernet/IPv4/UDP/FTH and, past a 58-byte trim size, some
+        payload the receiver ignores); the FTH length stays: it names the lost range. The
         UDP checksum no longer covers the payload, so it becomes 0 (none)."""
-        received = len(frame)
-        del frame[TRIMMED_FRAME_LEN:]
+        del frame[kept:]
         frame[FTH_FLAGS_AT] |= _TRIMMED
-        _U16.pack_into(frame, IPV4_TOTAL_LEN_AT, TRIMMED_IPV4_TOTAL_LEN)
-        _TRIMMED_UDP.pack_into(frame, UDP_LENGTH_AT, TRIMMED_UDP_LEN, 0)
-        self.counters.trims[egress.number] += 1
-        return self._enqueue(frame, received, egress, True, now)
+        _U16.pack_into(frame, IPV4_TOTAL_LEN_AT, kept - ETH_LEN)
+        _TRIMMED_UDP.pack_into(frame, UDP_LENGTH_AT, kept - ETH_LEN - IPV4_LEN, 0)
+        counters = self.counters
+        counters.trims[port] += 1
+        counters.trim_tx[port] += 1
+
+    @staticmethod
+    def set_trim_dscp(frame: bytearray, dscp: int) -> None:
+        frame[IPV4_TOS_AT] = dscp << 2 | frame[IPV4_TOS_AT] & ECN_MASK
+
+    def drop_trimmed(self, port: int) -> None:
+        """Trimmed, but the trim queue has no room: SAI's trimmed-but-dropped."""
+        counters = self.counters
+        counters.trims[port] += 1
+        counters.trim_drops[port] += 1
+        self.dropped["trim queue full"] += 1
 
     def red_draw(self, th: Thresholds, occupancy: int) -> bool:
         """Mark with probability pmax/65536 * (occ-kmin)/(kmax-kmin), as the program draws it:
@@ -275,15 +310,29 @@ class Pipeline:
         return self._enqueue(frame, len(frame), egress, False, now)
 
     def _enqueue(
-        self, frame: bytearray, received: int, egress: EgressPort, high: bool, now: float
+        self,
+        frame: bytearray,
+        received: int,
+        egress: EgressPort,
+        high: bool,
+        now: float,
+        trimmed: bool = False,
     ) -> EgressPort | None:
-        """MyComputeChecksum, then the traffic manager: a queue whose buffer is full drops."""
+        """ForgiveComputeChecksum, then the traffic manager: a queue whose buffer is full drops.
+        A trimmed packet it refuses was trimmed but dropped, not sent."""
         ipv4_checksum(frame)
         if egress.enqueue(frame, received, high, now):
             return egress
-        return self.drop_at_port(egress.number, "buffer full")
+        port = egress.number
+        if trimmed:
+            counters = self.counters
+            counters.trim_tx[port] -= 1
+            counters.trim_drops[port] += 1
+            self.dropped["trim queue full"] += 1
+            return None
+        return self.drop_at_port(port, "buffer full")
 
-    # -- MyEgress -------------------------------------------------------------------
+    # -- ForgiveEgress -------------------------------------------------------------------
 
     def egress(self, port: int, received: int) -> None:
         """port_tx for a frame leaving `port`, in bytes as received (BMv2's counters do the

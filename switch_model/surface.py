@@ -1,8 +1,14 @@
-"""The part of forgive.p4 the model implements, checked against a pushed P4Info.
+"""forgive.p4's control surface: every name a controller, a test or the model uses for it.
 
-The model knows its tables, actions and counters only by the names and shapes
-agreed in TEAM.md and docs/dataplane.md; every numeric id it uses comes from
-the P4Info that the controller pushes. A P4Info that renames, reshapes or adds
+The P4 program's tables, actions, counters and registers are named here once,
+with the shapes the model implements (key fields, action parameters, counter
+units), and so are the values that cross the surface: a port's `Thresholds`,
+the switch's `SwitchTrimming` and a port's `PortCounters`. The controller, the PTF suite and
+the switch model all import them from here; docs/dataplane.md describes them.
+
+`load_pipeline` checks a pushed P4Info against this surface. The model knows
+the program only by these names and shapes, and every numeric id it uses comes
+from the P4Info the controller pushes. A P4Info that renames, reshapes or adds
 a table, a table's action or a counter is refused as a whole, so a P4 change
 the model does not follow shows up as a failing SetForwardingPipelineConfig
 instead of a silently wrong switch. Actions no table can run and registers
@@ -11,32 +17,135 @@ cannot be written over P4Runtime here, so they are left alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 from p4.config.v1 import p4info_pb2
 
-LPM_TABLE = "MyIngress.ipv4_lpm"
-ECMP_TABLE = "MyIngress.ecmp_nhop"
-THRESHOLD_TABLE = "MyIngress.port_thresholds"
+from host_agent.wire import TRIMMED_FRAME_LEN
+from switch_model.port import PRIO_HIGH
 
-SET_NHOP = "MyIngress.set_nhop"
-SET_ECMP_GROUP = "MyIngress.set_ecmp_group"
-DROP = "MyIngress.drop"
-SET_THRESHOLDS = "MyIngress.set_thresholds"
+INGRESS = "ForgiveIngress"
+EGRESS = "ForgiveEgress"
+"""The program's two controls; every table, action and counter name below is qualified by one."""
+
+LPM_TABLE = f"{INGRESS}.ipv4_lpm"
+ECMP_TABLE = f"{INGRESS}.ecmp_nhop"
+THRESHOLD_TABLE = f"{INGRESS}.port_thresholds"
+SWITCH_TRIMMING_TABLE = f"{INGRESS}.switch_trimming"
+"""Keyless: its default entry holds the switch-wide trim size and queue."""
+TRIM_ELIGIBILITY_TABLE = f"{INGRESS}.trim_eligibility"
+TRIM_ACL_TABLE = f"{INGRESS}.trim_acl"
+TRIM_DSCP_TABLE = f"{INGRESS}.trim_dscp"
+TRIM_QUEUE_TABLE = f"{INGRESS}.trim_queue_limit"
+
+DST_ADDR = "hdr.ipv4.dstAddr"
+SRC_ADDR = "hdr.ipv4.srcAddr"
+DSCP = "hdr.ipv4.dscp"
+ECMP_GROUP_ID = "meta.ecmp_group_id"
+ECMP_MEMBER = "meta.ecmp_member"
+EGRESS_SPEC = "standard_metadata.egress_spec"
+
+SET_NHOP = f"{INGRESS}.set_nhop"
+SET_ECMP_GROUP = f"{INGRESS}.set_ecmp_group"
+DROP = f"{INGRESS}.drop"
+SET_THRESHOLDS = f"{INGRESS}.set_thresholds"
+SET_SWITCH_TRIMMING = f"{INGRESS}.set_switch_trimming"
+DISABLE_TRIM = f"{INGRESS}.disable_trim"
+SET_TRIM_DSCP = f"{INGRESS}.set_trim_dscp"
+SET_TRIM_QUEUE_BYTES = f"{INGRESS}.set_trim_queue_bytes"
 NO_ACTION = "NoAction"
 
-PORT_TX = "MyEgress.port_tx"
-PORT_CE_MARKS = "MyIngress.port_ce_marks"
-PORT_TRIMS = "MyIngress.port_trims"
-PORT_DROPS = "MyIngress.port_drops"
+PORT_TX = f"{EGRESS}.port_tx"
+PORT_CE_MARKS = f"{INGRESS}.port_ce_marks"
+PORT_TRIMS = f"{INGRESS}.port_trims"
+PORT_TRIM_TX = f"{INGRESS}.port_trim_tx"
+PORT_TRIM_DROPS = f"{INGRESS}.port_trim_drops"
+PORT_DROPS = f"{INGRESS}.port_drops"
+COUNTERS = (PORT_TX, PORT_CE_MARKS, PORT_TRIMS, PORT_TRIM_TX, PORT_TRIM_DROPS, PORT_DROPS)
+
+LOW_QUEUE_OCCUPANCY = "low_queue_occupancy"
+HIGH_QUEUE_OCCUPANCY = "high_queue_occupancy"
+"""The per-port registers of each queue's bytes (diagnostic; nothing writes them over
+P4Runtime)."""
+
+PMAX_ONE = 1 << 16
+"""`ecn_pmax` of certain marking: the probability is in units of 1/65536."""
+
+
+class Thresholds(NamedTuple):
+    """One managed port's admission limits, the parameters of `set_thresholds` in order.
+
+    Bytes are of frames as received (Ethernet header included, no FCS). A
+    tuple, so the packet loop reads it by position as cheaply as before."""
+
+    data_queue_bytes: int
+    ecn_kmin: int
+    ecn_kmax: int
+    ecn_pmax: int
+    """Marking probability at ecn_kmax in units of 1/65536 (PMAX_ONE = certain)."""
+
+
+class SwitchTrimming(NamedTuple):
+    """The parameters of `set_switch_trimming`: SAI's switch-wide trim size (bytes of the
+    frame a trim keeps) and trim queue index (PRIO_LOW or PRIO_HIGH)."""
+
+    size: int
+    queue_index: int
+
+
+DEFAULT_TRIMMING = SwitchTrimming(TRIMMED_FRAME_LEN, PRIO_HIGH)
+"""What a trim does while switch_trimming runs NoAction: the program sets these first."""
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    """What the program's counters hold for one egress port; sums add field by field.
+
+    The trim counters have SAI's meanings: `trims` every packet trimmed, `trim_tx` those
+    the trim queue took, `trim_drops` those it had no room for (trimmed but dropped).
+    `drops` counts packets dropped whole, never a trimmed one."""
+
+    tx_packets: int = 0
+    tx_bytes: int = 0
+    ce_marks: int = 0
+    trims: int = 0
+    drops: int = 0
+    trim_tx: int = 0
+    trim_drops: int = 0
+
+    def __add__(self, other: PortCounters) -> PortCounters:
+        return PortCounters(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in fields(PortCounters))
+        )
+
+
+COUNTER_FIELDS: dict[str, tuple[str | None, str]] = {
+    PORT_TX: ("tx_bytes", "tx_packets"),
+    PORT_CE_MARKS: (None, "ce_marks"),
+    PORT_TRIMS: (None, "trims"),
+    PORT_TRIM_TX: (None, "trim_tx"),
+    PORT_TRIM_DROPS: (None, "trim_drops"),
+    PORT_DROPS: (None, "drops"),
+}
+"""Per counter, the PortCounters fields its byte and packet counts fill (None: not counted)."""
 
 _MT = p4info_pb2.MatchField
 _CU = p4info_pb2.CounterSpec
 
 TABLE_KEYS: dict[str, tuple[tuple[str, int, int], ...]] = {
-    LPM_TABLE: (("hdr.ipv4.dstAddr", _MT.LPM, 32),),
-    ECMP_TABLE: (("meta.ecmp_group_id", _MT.EXACT, 16), ("meta.ecmp_member", _MT.EXACT, 16)),
-    THRESHOLD_TABLE: (("standard_metadata.egress_spec", _MT.EXACT, 9),),
+    LPM_TABLE: ((DST_ADDR, _MT.LPM, 32),),
+    ECMP_TABLE: ((ECMP_GROUP_ID, _MT.EXACT, 16), (ECMP_MEMBER, _MT.EXACT, 16)),
+    THRESHOLD_TABLE: ((EGRESS_SPEC, _MT.EXACT, 9),),
+    SWITCH_TRIMMING_TABLE: (),
+    TRIM_ELIGIBILITY_TABLE: ((DSCP, _MT.EXACT, 6),),
+    TRIM_ACL_TABLE: (
+        (SRC_ADDR, _MT.TERNARY, 32),
+        (DST_ADDR, _MT.TERNARY, 32),
+        (DSCP, _MT.TERNARY, 6),
+    ),
+    TRIM_DSCP_TABLE: ((EGRESS_SPEC, _MT.EXACT, 9),),
+    TRIM_QUEUE_TABLE: ((EGRESS_SPEC, _MT.EXACT, 9),),
 }
 """Per table, its key fields in P4Info order: name, match type, bit width."""
 
@@ -44,6 +153,11 @@ TABLE_ACTIONS: dict[str, frozenset[str]] = {
     LPM_TABLE: frozenset({SET_NHOP, SET_ECMP_GROUP, DROP}),
     ECMP_TABLE: frozenset({SET_NHOP, DROP}),
     THRESHOLD_TABLE: frozenset({SET_THRESHOLDS}),
+    SWITCH_TRIMMING_TABLE: frozenset({SET_SWITCH_TRIMMING}),
+    TRIM_ELIGIBILITY_TABLE: frozenset({DISABLE_TRIM}),
+    TRIM_ACL_TABLE: frozenset({DISABLE_TRIM}),
+    TRIM_DSCP_TABLE: frozenset({SET_TRIM_DSCP}),
+    TRIM_QUEUE_TABLE: frozenset({SET_TRIM_QUEUE_BYTES}),
 }
 """Actions an entry may use; NoAction may also appear on any table (p4c adds it)."""
 
@@ -51,12 +165,11 @@ ACTION_PARAMS: dict[str, tuple[tuple[str, int], ...]] = {
     SET_NHOP: (("dmac", 48), ("port", 9)),
     SET_ECMP_GROUP: (("group_id", 16), ("num_members", 16)),
     DROP: (),
-    SET_THRESHOLDS: (
-        ("data_queue_bytes", 32),
-        ("ecn_kmin", 32),
-        ("ecn_kmax", 32),
-        ("ecn_pmax", 32),
-    ),
+    SET_THRESHOLDS: tuple((name, 32) for name in Thresholds._fields),
+    SET_SWITCH_TRIMMING: tuple(zip(SwitchTrimming._fields, (32, 3), strict=True)),
+    DISABLE_TRIM: (),
+    SET_TRIM_DSCP: (("dscp", 6),),
+    SET_TRIM_QUEUE_BYTES: (("trim_queue_bytes", 32),),
     NO_ACTION: (),
 }
 
@@ -64,6 +177,8 @@ COUNTER_UNITS: dict[str, int] = {
     PORT_TX: _CU.BOTH,
     PORT_CE_MARKS: _CU.PACKETS,
     PORT_TRIMS: _CU.PACKETS,
+    PORT_TRIM_TX: _CU.PACKETS,
+    PORT_TRIM_DROPS: _CU.PACKETS,
     PORT_DROPS: _CU.PACKETS,
 }
 

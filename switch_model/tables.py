@@ -1,8 +1,8 @@
 """Table entries as P4Runtime defines them, and the lookup snapshot the dataplane reads.
 
-Entries are validated and keyed the way P4Runtime requires (exact values and
-LPM prefixes as integers, so a padded and a canonical byte string name the same
-entry). After every Write batch the store compiles an immutable `Forwarding`
+Entries are validated and keyed the way P4Runtime requires (exact values, LPM
+prefixes and ternary value/mask pairs as integers, so a padded and a canonical
+byte string name the same entry; a ternary entry's priority is part of its key). After every Write batch the store compiles an immutable `Forwarding`
 snapshot that the packet loop picks up with one attribute read, so the loop
 never takes a lock.
 """
@@ -18,7 +18,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from switch_model import surface
-from switch_model.surface import Pipeline, TableInfo
+from switch_model.surface import Pipeline, SwitchTrimming, TableInfo, Thresholds
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,22 +47,6 @@ Route = NextHop | EcmpGroup | Drop
 """What a routing table's hit (or default) runs, tagged by its action."""
 
 
-PMAX_ONE = 1 << 16
-"""`ecn_pmax` of certain marking: the program draws r uniform in 0..PMAX_ONE - 1
-(constants.p4's ECN_RANDOM_MAX) and marks when r*(kmax-kmin) < pmax*(occ-kmin)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    """A port_thresholds entry's `set_thresholds` parameters, in bytes as received."""
-
-    data_queue_bytes: int
-    ecn_kmin: int
-    ecn_kmax: int
-    ecn_pmax: int
-    """Marking probability at ecn_kmax in units of 1/PMAX_ONE."""
-
-
 LPM_CACHE_LIMIT = 1 << 16
 
 _Update = p4runtime_pb2.Update
@@ -77,22 +61,27 @@ class P4RuntimeError(Exception):
         self.message = message
 
 
-def _int(value: bytes, bitwidth: int, what: str) -> int:
+def _int(value: bytes, bitwidth: int, what: str, code: int) -> int:
+    """A P4Runtime bytestring as an integer; `code` is what a bad one earns (P4Runtime gives
+    match fields OUT_OF_RANGE and action parameters INVALID_ARGUMENT)."""
     if not value:
-        raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: empty byte string")
+        raise P4RuntimeError(code, f"{what}: empty byte string")
     number = int.from_bytes(value, "big")
     if number >> bitwidth:
-        raise P4RuntimeError(
-            code_pb2.INVALID_ARGUMENT, f"{what}: value 0x{value.hex()} exceeds {bitwidth} bits"
-        )
+        raise P4RuntimeError(code, f"{what}: {len(value)}-byte value exceeds {bitwidth} bits")
     return number
+
+
+AclRule = tuple[int, int, int, int, int, int, bool]
+"""A trim_acl entry: (srcAddr value, mask, dstAddr value, mask, dscp value, mask) and whether
+it runs disable_trim."""
 
 
 @dataclass(frozen=True)
 class Forwarding:
-    """The program's three tables as the packet loop applies them; replaced whole, never
-    changed in place. Each method is one `table.apply()` of forgive.p4, returning what the
-    hit (or the default) runs."""
+    """The program's tables as the packet loop applies them; replaced whole, never changed in
+    place. Each method is one `table.apply()` of forgive.p4, returning what the hit (or the
+    default) runs: None where that is NoAction."""
 
     lpm: tuple[tuple[int, dict[int, Route]], ...] = ()
     """(mask, {masked destination: route}) by decreasing prefix length."""
@@ -102,6 +91,20 @@ class Forwarding:
     thresholds: dict[int, Thresholds] = field(default_factory=dict)
     thresholds_default: Thresholds | None = None
     """None: NoAction, the port is unmanaged."""
+    trimming_default: SwitchTrimming | None = None
+    """switch_trimming has no key: its default entry is the table."""
+    eligibility: dict[int, bool] = field(default_factory=dict)
+    """trim_eligibility: DSCP -> whether the entry runs disable_trim."""
+    eligibility_default: bool = False
+    acl: tuple[AclRule, ...] = ()
+    """trim_acl's entries, highest priority first."""
+    acl_default: bool = False
+    dscp: dict[int, int | None] = field(default_factory=dict)
+    """trim_dscp: egress port -> the DSCP set_trim_dscp writes."""
+    dscp_default: int | None = None
+    trim_queue: dict[int, int | None] = field(default_factory=dict)
+    """trim_queue_limit: egress port -> the high queue's bytes for trims."""
+    trim_queue_default: int | None = None
     cache: dict[int, Route] = field(default_factory=dict)
 
     def ecmp_nhop(self, group_id: int, member: int) -> Route:
@@ -109,6 +112,26 @@ class Forwarding:
 
     def port_thresholds(self, port: int) -> Thresholds | None:
         return self.thresholds.get(port, self.thresholds_default)
+
+    def switch_trimming(self) -> SwitchTrimming | None:
+        return self.trimming_default
+
+    def trim_eligibility(self, dscp: int) -> bool:
+        """True when the packet's class runs disable_trim."""
+        return self.eligibility.get(dscp, self.eligibility_default)
+
+    def trim_acl(self, src: int, dst: int, dscp: int) -> bool:
+        """True when the highest-priority rule matching the packet runs disable_trim."""
+        for src_v, src_m, dst_v, dst_m, dscp_v, dscp_m, disables in self.acl:
+            if src & src_m == src_v and dst & dst_m == dst_v and dscp & dscp_m == dscp_v:
+                return disables
+        return self.acl_default
+
+    def trim_dscp(self, port: int) -> int | None:
+        return self.dscp.get(port, self.dscp_default)
+
+    def trim_queue_limit(self, port: int) -> int | None:
+        return self.trim_queue.get(port, self.trim_queue_default)
 
     def ipv4_lpm(self, dst: int) -> Route:
         hit = self.cache.get(dst)
@@ -127,7 +150,7 @@ class Forwarding:
 
 
 class TableStore:
-    """The entries of the program's three tables, with P4Runtime's insert/modify/delete rules."""
+    """The entries of the program's tables, with P4Runtime's insert/modify/delete rules."""
 
     def __init__(self, pipe: Pipeline):
         self.pipe = pipe
@@ -180,7 +203,12 @@ class TableStore:
                 code_pb2.INVALID_ARGUMENT,
                 f"{table.name}: unknown match field id(s) {sorted(set(given) - known)}",
             )
-        if entry.priority:
+        ternary = any(kind == p4info_pb2.MatchField.TERNARY for _, kind, _ in table.key)
+        if ternary and entry.priority <= 0:
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT, f"{table.name}: a ternary entry needs a priority > 0"
+            )
+        if not ternary and entry.priority:
             raise P4RuntimeError(
                 code_pb2.INVALID_ARGUMENT, f"{table.name}: priority must be 0 for exact/LPM keys"
             )
@@ -191,10 +219,13 @@ class TableStore:
             if match_type == p4info_pb2.MatchField.EXACT:
                 if m is None or not m.HasField("exact"):
                     raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: exact value missing")
-                key.append(_int(m.exact.value, width, what))
+                key.append(_int(m.exact.value, width, what, code_pb2.OUT_OF_RANGE))
                 continue
             if m is None:
                 key.append((0, 0))
+                continue
+            if match_type == p4info_pb2.MatchField.TERNARY:
+                key.append(self._ternary(m, width, what))
                 continue
             if not m.HasField("lpm"):
                 raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: expected an LPM match")
@@ -204,13 +235,31 @@ class TableStore:
                     code_pb2.INVALID_ARGUMENT,
                     f"{what}: prefix length {plen} outside 1..{width} (omit the field for /0)",
                 )
-            value = _int(m.lpm.value, width, what)
+            value = _int(m.lpm.value, width, what, code_pb2.OUT_OF_RANGE)
             if value & ((1 << (width - plen)) - 1):
                 raise P4RuntimeError(
                     code_pb2.INVALID_ARGUMENT, f"{what}: bits set beyond the /{plen} prefix"
                 )
             key.append((value, plen))
+        if ternary:
+            key.append(entry.priority)
         return tuple(key)
+
+    @staticmethod
+    def _ternary(m: p4runtime_pb2.FieldMatch, width: int, what: str) -> tuple[int, int]:
+        """(value, mask) of a ternary match; P4Runtime writes "don't care" by leaving the
+        field out, so a zero mask, or a value with bits outside its mask, is refused."""
+        if not m.HasField("ternary"):
+            raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: expected a ternary match")
+        value = _int(m.ternary.value, width, what, code_pb2.OUT_OF_RANGE)
+        mask = _int(m.ternary.mask, width, what, code_pb2.OUT_OF_RANGE)
+        if not mask:
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT, f"{what}: mask 0 (omit the field for don't care)"
+            )
+        if value & ~mask:
+            raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"{what}: value bits outside the mask")
+        return value, mask
 
     def _check_action(
         self, table: TableInfo, entry: p4runtime_pb2.TableEntry, default: bool
@@ -222,7 +271,7 @@ class TableStore:
         action = entry.action.action
         info = self.pipe.actions.get(action.action_id)
         if info is None:
-            raise P4RuntimeError(code_pb2.NOT_FOUND, f"unknown action id {action.action_id}")
+            raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, f"unknown action id {action.action_id}")
         if action.action_id not in table.actions:
             raise P4RuntimeError(
                 code_pb2.INVALID_ARGUMENT, f"action {info.name} is not an action of {table.name}"
@@ -231,7 +280,7 @@ class TableStore:
         wrong = p4info_pb2.ActionRef.TABLE_ONLY if default else p4info_pb2.ActionRef.DEFAULT_ONLY
         if scope == wrong:
             raise P4RuntimeError(
-                code_pb2.INVALID_ARGUMENT, f"action {info.name} not allowed here in {table.name}"
+                code_pb2.PERMISSION_DENIED, f"action {info.name} not allowed here in {table.name}"
             )
         widths = dict(info.params)
         seen = set()
@@ -242,7 +291,12 @@ class TableStore:
                     f"action {info.name}: unknown or repeated param id {param.param_id}",
                 )
             seen.add(param.param_id)
-            _int(param.value, widths[param.param_id], f"action {info.name} param {param.param_id}")
+            _int(
+                param.value,
+                widths[param.param_id],
+                f"action {info.name} param {param.param_id}",
+                code_pb2.INVALID_ARGUMENT,
+            )
         if seen != set(widths):
             raise P4RuntimeError(
                 code_pb2.INVALID_ARGUMENT,
@@ -253,6 +307,10 @@ class TableStore:
         """Apply one table-entry update or raise P4RuntimeError; the store is unchanged on error."""
         entry = update.entity.table_entry
         table = self._table(entry.table_id)
+        if entry.is_const:
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT, f"{table.name}: a client cannot write a const entry"
+            )
         if entry.is_default_action:
             if update.type != _Update.MODIFY:
                 raise P4RuntimeError(
@@ -274,6 +332,10 @@ class TableStore:
             else:
                 self.defaults[table.id] = self._initial_default(table)
             return
+        if not table.key:
+            raise P4RuntimeError(
+                code_pb2.INVALID_ARGUMENT, f"{table.name} has no key: only its default entry"
+            )
         key = self._key(table, entry)
         rows = self.entries[table.id]
         if update.type == _Update.INSERT:
@@ -327,9 +389,32 @@ class TableStore:
             return EcmpGroup(args[0], args[1])
         return DROP
 
-    def _thresholds(self, entry: p4runtime_pb2.TableEntry) -> Thresholds | None:
+    def _runs(self, entry: p4runtime_pb2.TableEntry, action: str) -> list[int] | None:
+        """The parameters of `action` if the entry runs it, else None (NoAction)."""
         name, args = self._params(entry) if entry.action.action.action_id else ("", [])
-        return Thresholds(*args) if name == surface.SET_THRESHOLDS else None
+        return args if name == action else None
+
+    def _thresholds(self, entry: p4runtime_pb2.TableEntry) -> Thresholds | None:
+        args = self._runs(entry, surface.SET_THRESHOLDS)
+        return None if args is None else Thresholds(*args)
+
+    def _trimming(self, entry: p4runtime_pb2.TableEntry) -> SwitchTrimming | None:
+        args = self._runs(entry, surface.SET_SWITCH_TRIMMING)
+        return None if args is None else SwitchTrimming(*args)
+
+    def _disables(self, entry: p4runtime_pb2.TableEntry) -> bool:
+        return self._runs(entry, surface.DISABLE_TRIM) is not None
+
+    def _one(self, entry: p4runtime_pb2.TableEntry, action: str) -> int | None:
+        """The one parameter of `action` if the entry runs it."""
+        args = self._runs(entry, action)
+        return None if args is None else args[0]
+
+    def _per_port(self, table: str, action: str) -> tuple[dict[int, int | None], int | None]:
+        """A table keyed by egress port whose action has one parameter: entries and default."""
+        tid = self.pipe.table_ids[table]
+        rows = {key[0]: self._one(e, action) for key, e in self.entries[tid].items()}
+        return rows, self._one(self.defaults[tid], action)
 
     def compile(self) -> Forwarding:
         ids = self.pipe.table_ids
@@ -341,6 +426,12 @@ class TableStore:
             for plen in sorted(by_len, reverse=True)
         )
         ecmp_id, th_id = ids[surface.ECMP_TABLE], ids[surface.THRESHOLD_TABLE]
+        class_id, acl_id = ids[surface.TRIM_ELIGIBILITY_TABLE], ids[surface.TRIM_ACL_TABLE]
+        acl = sorted(self.entries[acl_id].items(), key=lambda item: -item[0][-1])
+        dscp, dscp_default = self._per_port(surface.TRIM_DSCP_TABLE, surface.SET_TRIM_DSCP)
+        queue, queue_default = self._per_port(
+            surface.TRIM_QUEUE_TABLE, surface.SET_TRIM_QUEUE_BYTES
+        )
         return Forwarding(
             lpm=lpm,
             lpm_default=self._route(self.defaults[ids[surface.LPM_TABLE]]),
@@ -348,4 +439,15 @@ class TableStore:
             ecmp_default=self._route(self.defaults[ecmp_id]),
             thresholds={key[0]: self._thresholds(e) for key, e in self.entries[th_id].items()},
             thresholds_default=self._thresholds(self.defaults[th_id]),
+            trimming_default=self._trimming(self.defaults[ids[surface.SWITCH_TRIMMING_TABLE]]),
+            eligibility={key[0]: self._disables(e) for key, e in self.entries[class_id].items()},
+            eligibility_default=self._disables(self.defaults[class_id]),
+            acl=tuple(
+                (*src, *dst, *dscp_match, self._disables(e)) for (src, dst, dscp_match, _), e in acl
+            ),
+            acl_default=self._disables(self.defaults[acl_id]),
+            dscp=dscp,
+            dscp_default=dscp_default,
+            trim_queue=queue,
+            trim_queue_default=queue_default,
         )

@@ -59,9 +59,11 @@ class Link:
         for _ in range(max_events):
             for pkt in self.tx.poll(self.now):
                 self._put("fwd", pkt, self.forward)
-            deadline = self.tx.next_deadline()
+            for reply in self.rx.poll(self.now):
+                self._put("rev", reply, self.reverse)
+            deadlines = (self.tx.next_deadline(), self.rx.next_deadline())
             arrival = self._events[0][0] if self._events else None
-            candidates = [t for t in (deadline, arrival) if t is not None]
+            candidates = [t for t in (*deadlines, arrival) if t is not None]
             if not candidates:
                 return
             self.now = max(self.now, min(candidates))

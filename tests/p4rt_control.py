@@ -16,7 +16,8 @@ from dataclasses import asdict
 
 from controller import DEVICE_CONFIG, P4INFO
 from ptf_tests.harness import GRPC_PORT
-from ptf_tests.p4rt import SwitchSession, Thresholds
+from ptf_tests.p4rt import SwitchSession
+from switch_model.surface import Thresholds
 
 
 def main() -> int:
@@ -25,7 +26,7 @@ def main() -> int:
     parser.add_argument("--thresholds", required=True, metavar="DATA_QUEUE,KMIN,KMAX,PMAX")
     args = parser.parse_args()
     thresholds = Thresholds(*(int(x) for x in args.thresholds.split(",")))
-    session = SwitchSession(f"127.0.0.1:{GRPC_PORT}", str(P4INFO), str(DEVICE_CONFIG))
+    session = SwitchSession(f"127.0.0.1:{GRPC_PORT}", P4INFO, DEVICE_CONFIG)
     try:
         ports = []
         for spec in args.routes:

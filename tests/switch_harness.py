@@ -21,7 +21,6 @@ from pathlib import Path
 
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2
 
 from controller import DEVICE_CONFIG, P4INFO
 from switch_model import control
@@ -230,18 +229,8 @@ class ModelProcess:
 
 
 def device_config() -> bytes:
-    """forgive.json for BMv2 (the model ignores the device config)."""
+    """forgive.p4's BMv2 JSON, the device config both targets take."""
     return DEVICE_CONFIG.read_bytes()
-
-
-def insert_entries(client, entries: list[p4runtime_pb2.TableEntry]) -> None:
-    """Insert table entries in one Write batch over `client` (a controller SwitchClient)."""
-    updates = []
-    for entry in entries:
-        update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
-        update.entity.table_entry.CopyFrom(entry)
-        updates.append(update)
-    client.write(updates)
 
 
 @dataclass

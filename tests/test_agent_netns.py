@@ -412,3 +412,105 @@ def test_shedding_sender_and_receiver_agree(lab):
     shed_sent = sum(r["grad_shed_sent"] for r in final)
     assert shed_received == shed_sent > 0
     assert all(r["grad_forgiven"] == 0 for r in final)
+
+
+def test_a_flow_to_a_silent_peer_fails_visibly(lab):
+    """No agent answers at b: the API reports the flow failed, and forgive-train exits 1 in one line."""
+    a, b = lab.pair()
+    fast = ("--rto", "0.005", "--rto-max", "0.01", "--max-timeouts", "3")
+    tx = start_agent(lab, a, *fast)
+    ok(tx.call("send", bytes(50_000), dst=b.ip, flow=5, traffic_class="other"))
+    event, _ = done(tx, "flow_failed", 5)
+    assert event["dst"] == b.ip and event["acked_bytes"] == 0 and event["rtos"] == 3
+    assert ok(tx.call("stats"))["counters"]["flows_failed"] == 1
+    assert [r["flow"] for r in records(lab, "a.jsonl") if r["type"] == "flow_failed"] == [5]
+    trainer = [sys.executable, "-m", "workload.train", "--iface", a.iface, *fast]
+    trainer += ["--ranks", f"{a.ip},{b.ip}", "--rank", "0", "--stats", "-", "--out", "-"]
+    result = subprocess.run(
+        ["ip", "netns", "exec", a.ns, *trainer], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("forgive-train: rank 0: flow ") and f"to {b.ip} failed: 3 " in line
+
+
+FUZZ = r"""
+import random, socket, sys, time
+from host_agent.frames import FrameBuilder, mac_bytes, ip_bytes
+from host_agent.wire import Flag, Fth, Opcode, PACKET_BYTES
+iface, src_ip, dst_ip, dst_mac, count, seed, real_flow = sys.argv[1:8]
+rng = random.Random(int(seed))
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((iface, 0))
+b = FrameBuilder(s.getsockname()[4], ip_bytes(src_ip))
+flows = [int(real_flow)] + [rng.randrange(1 << 32) for _ in range(7)]
+for i in range(int(count)):
+    flow = rng.choice(flows)
+    total = rng.randrange(1, 1 << 32)
+    length = rng.randrange(1, PACKET_BYTES + 1)
+    seq = rng.randrange((1 << 32) - length)
+    trimmed = rng.random() < 0.3
+    fth = Fth(Opcode.DATA, Flag.TRIMMED if trimmed else 0, length, flow, seq, total)
+    body = fth.encode(b"" if trimmed else rng.randbytes(length))
+    s.send(b.headers(mac_bytes(dst_mac), ip_bytes(dst_ip), 10, 2, 40000 + i % 1000, len(body)) + body)
+    if i % 50 == 49:
+        time.sleep(0.002)   # paced, so the kernel's socket buffer never drops one
+"""
+FUZZ_FRAMES = 6000
+RSS_GROWTH_LIMIT = 48 << 20
+"""The receiving agent's resident memory may grow by this much while it is fuzzed: the
+valid flow holds 4 MiB, the fuzzed packets claim up to 4 GiB each and must cost nothing."""
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_fuzzed_receive_path_holds_memory_and_counts_every_rejection(lab):
+    """Well-formed FTH DATA and trimmed headers over random flows, sequence numbers and
+    totals (the registered flow's id among them) while that flow runs beside them."""
+    a, b = lab.pair()
+    rx = start_agent(lab, b)
+    tx = start_agent(lab, a)
+    rx_pid = lab.procs[0].pid
+    data = random.Random(5).randbytes(4 << 20)
+    ok(rx.call("begin_step", step=1, critical=False, expected_gradient_bytes=len(data)))
+    ok(
+        rx.call(
+            "register_flow", flow=77, step=1, traffic_class="gradient", deliver=True, size=len(data)
+        )
+    )
+    before = _rss(rx_pid)
+    fuzz = lab.spawn(
+        a.ns,
+        sys.executable,
+        "-c",
+        FUZZ,
+        a.iface,
+        a.ip,
+        b.ip,
+        b.mac,
+        str(FUZZ_FRAMES),
+        "9",
+        "77",
+        log="fuzz.log",
+    )
+    ok(tx.call("send", data, dst=b.ip, flow=77, traffic_class="gradient", step=1))
+    _, payload = done(rx, "recv_done", 77)
+    assert fuzz.wait(timeout=60) == 0, lab.log("fuzz.log")
+    assert payload == data
+    deadline = time.monotonic() + EVENT_TIMEOUT
+    while True:
+        stats = ok(rx.call("stats"))
+        rejected = sum(stats["rx_rejected"].values())
+        if rejected >= FUZZ_FRAMES or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert rejected == FUZZ_FRAMES, stats["rx_rejected"]
+    assert set(stats["rx_rejected"]) <= {"unknown_flow", "total_mismatch", "out_of_range"}
+    assert stats["rx_rejected"]["unknown_flow"] > 0 and stats["rx_rejected"]["total_mismatch"] > 0
+    assert _rss(rx_pid) - before < RSS_GROWTH_LIMIT
+    assert "Traceback" not in lab.log("b.log")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import grpc
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -13,6 +16,7 @@ from switch_harness import (
     ModelProcess,
     VethSet,
     can_use_netns,
+    device_config,
     free_tcp_port,
     p4info_path,
 )
@@ -24,8 +28,16 @@ from controller.p4info import ConfigError
 from controller.shaping import bmv2_commands
 from controller.topology import PortSpec, parse, switch_port_mac
 from host_agent.wire import FORGIVE_UDP_PORT
+from switch_model import surface
+from switch_model.dataplane import Dataplane
+from switch_model.p4runtime_server import SwitchService, serve
 
-netns = pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns()))
+
+def netns(test):
+    """Veths and raw sockets: run under the namespace lock, skipped where they cannot run."""
+    skip = pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns()))
+    return pytest.mark.netns(skip(test))
+
 
 H1_MAC, H2_MAC = "02:00:00:00:01:01", "02:00:00:00:02:02"
 
@@ -81,7 +93,7 @@ class Fabric:
 
 @pytest.fixture
 def fabric(tmp_path):
-    (tmp_path / "dev.json").write_text("{}")
+    (tmp_path / "dev.json").write_bytes(device_config())
     with VethSet(4) as veths:
         f = Fabric(veths, tmp_path)
         try:
@@ -124,9 +136,7 @@ def test_apply_installs_routes_ecmp_and_thresholds_and_is_idempotent(fabric):
         )
         entries = read_tables(ctl, "s1")
         names = {t.preamble.id: t.preamble.name for t in ctl.p4info.tables}
-        assert (
-            sorted(names[e.table_entry.table_id] for e in entries).count("MyIngress.ecmp_nhop") == 2
-        )
+        assert sorted(names[e.table_entry.table_id] for e in entries).count(surface.ECMP_TABLE) == 2
         stats = fabric.s1.stats()["ports"]
         assert stats["1"]["rate_bps"] == 500_000_000 and stats["2"]["rate_bps"] == 0
     finally:
@@ -165,9 +175,9 @@ def test_traffic_crosses_the_configured_fabric_over_both_paths(fabric):
         assert len(got) == 40
         assert all(Ether(f).dst == H2_MAC and Ether(f)[IP].ttl == 62 for f in got)
         rows = ctl.counters("s1")
-        assert rows[2]["tx_packets"] > 0 and rows[3]["tx_packets"] > 0
-        assert rows[2]["tx_packets"] + rows[3]["tx_packets"] == 40
-        assert ctl.counters("s2")[3]["tx_packets"] == 40
+        assert rows[2].tx_packets > 0 and rows[3].tx_packets > 0
+        assert rows[2].tx_packets + rows[3].tx_packets == 40
+        assert ctl.counters("s2")[3].tx_packets == 40
         sources = {int(Ether(f).src.replace(":", ""), 16) for f in got}
         assert sources == {switch_port_mac("s2", 1), switch_port_mac("s2", 2)}
     finally:
@@ -241,7 +251,7 @@ def test_bad_descriptions_are_one_line_errors(tmp_path, capsys):
     }
     parse(good)
     cases = [
-        ({"switches": {"s1": {"target": "tofino", "grpc": "x:1"}}}, "target"),
+        ({"switches": {"s1": {"target": "tofino3", "grpc": "x:1"}}}, "target"),
         ({"hosts": {"h1": {"ip": "10.0.0.300", "mac": "02:00:00:00:00:01"}}}, "bad IPv4"),
         ({"links": [{"a": "h1", "b": "s9:1"}]}, "neither a host"),
         ({"links": [{"a": "h1", "b": "s1:1"}, {"a": "s1:1", "b": "h1"}]}, "two links"),
@@ -255,11 +265,11 @@ def test_bad_descriptions_are_one_line_errors(tmp_path, capsys):
             parse({**good, **change})
     path = tmp_path / "bad.json"
     path.write_text("{not json")
-    assert cli.main(["apply", str(path)]) == 1
+    assert cli.main(["apply", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("forgive-ctl: topology") and "not JSON" in err[0]
     path.write_text(json.dumps(good))
-    assert cli.main(["apply", str(path), "--p4info", str(tmp_path / "none.txtpb")]) == 1
+    assert cli.main(["apply", str(path), "--p4info", str(tmp_path / "none.txtpb")]) == 2
     assert "cannot read P4Info" in capsys.readouterr().err
 
 
@@ -308,3 +318,152 @@ def test_wrong_control_socket_is_refused_before_any_write(fabric, capsys):
         assert missing.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     finally:
         probe.close()
+
+
+def two_hosts(grpc_address: str) -> dict:
+    return {
+        "switches": {"s1": {"target": "model", "grpc": grpc_address, "control": "/tmp/x"}},
+        "hosts": {
+            "h1": {"ip": "10.0.0.1", "mac": "02:00:00:00:00:01"},
+            "h2": {"ip": "10.0.0.2", "mac": "02:00:00:00:00:02"},
+        },
+        "links": [{"a": "h1", "b": "s1:1"}, {"a": "h2", "b": "s1:2"}],
+    }
+
+
+def changed(path: tuple, value) -> bytes:
+    desc = two_hosts("ADDRESS")
+    node = desc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return json.dumps(desc).encode()
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\x89PNG\r\n\x1a\n" + bytes(range(256)), "is not JSON: 'utf-8' codec can't decode"),
+        (b"[" * 100_000 + b"]" * 100_000, "is not JSON: nested too deep"),
+        (changed(("switches", "s1", "device_id"), 2**70), "switches.s1.device_id must be"),
+        (changed(("thresholds",), [4194304, 800000]), "thresholds must be an object, got [41"),
+        (changed(("thresholds",), "4194304"), "thresholds must be an object, got '41"),
+        (changed(("hosts", "h2", "ip"), "10.0.0.1"), "hosts.h2.ip 10.0.0.1 is also h1's"),
+        (changed(("hosts", "h2", "mac"), "02:00:00:00:00:01"), "hosts.h2.mac 02:00:00:00:00:01"),
+        (changed(("links", 0, "rate_bps"), 1e30), "links[0].rate_bps must be an integer in 1.."),
+        (changed(("switches", "s1", "grpc"), "nowhere"), "switches.s1.grpc must be HOST:PORT"),
+        (changed(("links", 1, "speed"), 5), "unknown links[1] keys ['speed']"),
+        (changed(("ports",), {"s1:1": {"ecn_kmin": -1}}), "ports.s1:1.ecn_kmin must be"),
+    ],
+)
+def test_a_bad_description_file_is_one_line_and_status_2_before_any_switch_is_touched(
+    tmp_path, capsys, content, message
+):
+    service = SwitchService(1, Dataplane({1: "unused1", 2: "unused2"}))
+    address = f"127.0.0.1:{free_tcp_port()}"
+    server = serve(service, address)
+    try:
+        path = tmp_path / "fabric.json"
+        path.write_bytes(content.replace(b"ADDRESS", address.encode()))
+        args = ["--p4info", str(p4info_path()), "--device-config", str(tmp_path / "dev.json")]
+        (tmp_path / "dev.json").write_bytes(device_config())
+        assert cli.main(["apply", str(path), *args]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(f"forgive-ctl: topology {path}")
+        assert message in err[0]
+        assert service.config is None and service.arbitration.highest is None
+    finally:
+        server.stop(0).wait()
+
+
+KEYS = st.sampled_from(
+    [
+        *("switches", "hosts", "links", "thresholds", "queues", "ports", "s1", "h1", "h2"),
+        *("target", "grpc", "device_id", "control", "thrift_port", "ip", "mac", "a", "b"),
+        *("rate_bps", "ecn_kmin", "ecn_kmax", "ecn_pmax", "data_queue_bytes", "s1:1"),
+        *("low_queue_bytes", "high_queue_bytes"),
+    ]
+)
+VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=4)
+    | st.sampled_from(["model", "bmv2", "10.0.0.9", "02:00:00:00:00:09", "h1", "s1:3", "x:1"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
+    max_leaves=12,
+)
+PATHS = [
+    (),
+    ("switches",),
+    ("switches", "s1"),
+    ("switches", "s1", "target"),
+    ("switches", "s1", "device_id"),
+    ("switches", "s1", "grpc"),
+    ("hosts",),
+    ("hosts", "h1"),
+    ("hosts", "h2", "ip"),
+    ("links",),
+    ("links", 0),
+    ("links", 1, "rate_bps"),
+    ("thresholds",),
+    ("queues",),
+    ("ports",),
+    ("ports", "s1:1"),
+]
+
+
+@given(st.sampled_from(PATHS), st.booleans(), KEYS, VALUES)
+def test_any_change_to_a_description_parses_or_is_one_config_error(path, replace, key, value):
+    """Replace the value at `path`, or add `key` (or a list element) under it."""
+    desc = {
+        **two_hosts("127.0.0.1:1"),
+        "thresholds": {"ecn_kmin": 1000},
+        "queues": {"low_queue_bytes": 65536},
+        "ports": {"s1:1": {"ecn_kmax": 5000}},
+    }
+    desc["links"][1]["rate_bps"] = 10**9
+    desc["switches"]["s1"]["device_id"] = 3
+    node = desc
+    for step in path[:-1]:
+        node = node[step]
+    target = node[path[-1]] if path else desc
+    if isinstance(target, dict) and not replace:
+        target[key] = value
+    elif isinstance(target, list) and not replace:
+        target.append(value)
+    elif path:
+        node[path[-1]] = value
+    else:
+        desc = value
+    try:
+        parse(copy.deepcopy(desc))
+    except ConfigError as err:
+        assert "\n" not in str(err)
+
+
+@netns
+def test_counters_need_no_mastership_and_a_second_writer_is_refused(fabric, capsys):
+    """While a controller (the runner's, say) holds the switches, `counters` still reads
+    them, and a second `apply` is refused in one line instead of taking them over."""
+    path = fabric.write(description(fabric.s1, fabric.s2))
+    args = ["--p4info", str(p4info_path()), "--device-config", str(fabric.tmp_path / "dev.json")]
+    holder = fabric.controller()
+    try:
+        holder.apply()
+        fabric.veths.pairs[1].send(frame(40000))
+        fabric.veths.pairs[4].receive(timeout=1.0, count=1)
+        capsys.readouterr()
+        assert cli.main(["counters", path, "--switch", "s2", *args]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        row = {int(line.split()[1]): line.split() for line in lines[1:]}
+        assert row[3][2] == "1"
+        assert cli.main(["apply", path, *args]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "s1" in err[0] and "another controller" in err[0], err
+        # the holder is still primary: its writes go through
+        assert holder.apply()["s1"].pipeline_pushed is False
+        holder.clients["s1"].write([])
+    finally:
+        holder.close()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from workload.lossrecord import LossRecord
+
 pytestmark = [
     pytest.mark.netns,
     pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
@@ -64,6 +66,10 @@ def test_short_run_completes_with_accounting_that_adds_up(tmp_path, clean):
     assert run["trims"] > 0 and run["ce_marks"] > 0, "the 2:1 fabric should congest"
     for step in run["steps"]:
         assert step["forgiven_bytes"] <= step["budget_bytes"]
+    # the loss record lists every forgiven range with its place in the ring
+    loss = LossRecord.from_json(run["loss"])
+    assert (loss.layout.ranks, loss.layout.steps) == (4, 3)
+    assert sum(e.lost_bytes for e in loss.entries) == sum(s["forgiven_bytes"] for s in run["steps"])
     for name in ("step_times.png", "forgiven_vs_budget.png", "trims_over_time.png", "table.txt"):
         assert (out / name).stat().st_size > 0
     assert len(list((out / "forgive-seed1").glob("h*.agent.jsonl"))) == 4
@@ -104,21 +110,59 @@ def test_failed_run_is_torn_down(tmp_path, clean):
     assert "forgive: " in proc.stderr.splitlines()[-1]
 
 
-def test_ctrl_c_tears_the_network_down(tmp_path, clean):
-    out = tmp_path / "results"
-    proc = subprocess.Popen(
+def _start_run(out: Path) -> subprocess.Popen:
+    """A 20-step `forgive run` in the background, its output captured."""
+    return subprocess.Popen(
         [*FORGIVE, "run", "--steps", "20", "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _wait_for_first_step(proc: subprocess.Popen, out: Path) -> None:
     train = out / "forgive-seed1" / "h1.train.jsonl"
     deadline = time.monotonic() + 60
     while not (train.exists() and "train_step" in train.read_text()):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
         time.sleep(0.2)
+
+
+def test_ctrl_c_tears_the_network_down(tmp_path, clean):
+    out = tmp_path / "results"
+    proc = _start_run(out)
+    _wait_for_first_step(proc, out)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted; network torn down" in err
     assert not Path(out / "runs.json").exists()
+
+
+def test_a_switch_that_dies_ends_the_run_in_one_line(tmp_path, clean):
+    out = tmp_path / "results"
+    proc = _start_run(out)
+    try:
+        _wait_for_first_step(proc, out)
+        ps = subprocess.run(
+            ["ps", "-eww", "-o", "pid,args"], capture_output=True, text=True, check=True
+        )
+        (leaf1,) = [
+            int(line.split()[0])
+            for line in ps.stdout.splitlines()
+            if "switch_model.cli --name leaf1 " in line and str(out) in line
+        ]
+        os.kill(leaf1, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"forgive: switch leaf1 \(model\) exited with signal SIGKILL during the run; "
+        r"its log: \S+/leaf1\.model\.log",
+        last,
+    ), err

@@ -97,6 +97,27 @@ def test_fabric_file_round_trip(tmp_path):
             "rates must be > 0",
         ),
         ("leaves = = 2\n", "not TOML"),
+        (
+            "leaves = 2\nspines = 1\nhosts_per_leaf = 2\nhost_link_gbps = inf\n",
+            "host_link_gbps must be a finite number, got inf",
+        ),
+        (
+            "leaves = 2\nspines = 1\nhosts_per_leaf = 2\n[emulation]\nbyte_scale = nan\n",
+            r"\[emulation\] byte_scale must be a finite number, got nan",
+        ),
+        (
+            "leaves = 2\nspines = 1\nhosts_per_leaf = 2\nspine_link_gbps = 1e-300\n",
+            "spine_link_gbps = 1e-300 scales to 5e-296 bit/s, under one 4154-byte frame",
+        ),
+        (
+            "leaves = 2\nspines = 1\nhosts_per_leaf = 2\nhost_link_gbps = 1e300\n",
+            r"host_link_gbps must lie in \(0, 10000\]",
+        ),
+        ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", r"not TOML \(nested too deep\)"),
+        (
+            "leaves = 2\nspines = 1\nhosts_per_leaf = 2\n[switch]\ndata_queue_bytes = 10000000000000\n",
+            "refused by the controller: thresholds.data_queue_bytes must be an integer in 0..",
+        ),
     ],
 )
 def test_bad_fabric_files_are_rejected_in_one_line(tmp_path, text, message):
@@ -128,3 +149,67 @@ def test_rescaling_a_fabric_file_keeps_its_own_shape_even_under_a_preset_name(tm
     args = argparse.Namespace(fabric=str(path), host_link_mbps=None, byte_scale=10_000.0)
     with pytest.raises(FabricError, match="lower byte_scale"):
         _fabric(args)
+
+
+def test_a_binary_fabric_file_is_not_toml(tmp_path):
+    path = tmp_path / "fabric.toml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    with pytest.raises(FabricError, match=r"fabric file .*: not TOML \(not UTF-8 text"):
+        load(path)
+
+
+def test_a_fabric_file_is_known_by_its_suffix_in_any_case(tmp_path):
+    import argparse
+
+    from topologies.cli import _fabric
+
+    path = tmp_path / "WIDE.TOML"
+    path.write_text("leaves = 3\nspines = 2\nhosts_per_leaf = 2\n")
+    spec = _fabric(argparse.Namespace(fabric=str(path), host_link_mbps=None, byte_scale=None))
+    assert (spec.leaves, spec.spines) == (3, 2)
+
+
+def files(tmp_path) -> dict[str, str]:
+    texts = {
+        "inf.toml": "leaves = 2\nspines = 1\nhosts_per_leaf = 2\nhost_link_gbps = inf\n",
+        "nan.toml": "leaves = 2\nspines = 1\nhosts_per_leaf = 2\n[emulation]\nbyte_scale = nan\n",
+        "tiny.toml": "leaves = 2\nspines = 1\nhosts_per_leaf = 2\nspine_link_gbps = 1e-300\n",
+    }
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "binary.toml").write_bytes(bytes(range(128, 256)))
+    return {name: str(tmp_path / name) for name in [*texts, "binary.toml"]}
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--timeout", "nan"], "--timeout must be a finite number > 0, got nan"),
+        (["--timeout", "0"], "--timeout must be a finite number > 0, got 0.0"),
+        (["--grad-mib", "nan"], "--grad-mib must be a finite number > 0, got nan"),
+        (["--compute-ms=-inf"], "--compute-ms must be a finite number >= 0, got -inf"),
+        (["--host-link-mbps", "0"], "--host-link-mbps must be a finite number > 0, got 0.0"),
+        (["--host-link-mbps", "0.01"], "--host-link-mbps 0.01: host_link_gbps = 400 scales to"),
+        (["--byte-scale", "0.5"], "--byte-scale 0.5: byte_scale must be a finite number >= 1"),
+        (["--fabric", "inf.toml"], "inf.toml: host_link_gbps must be a finite number, got inf"),
+        (["--fabric", "nan.toml"], "nan.toml: [emulation] byte_scale must be a finite number"),
+        (["--fabric", "binary.toml"], "binary.toml: not TOML (not UTF-8 text"),
+        (["--fabric", "tiny.toml"], "tiny.toml: spine_link_gbps = 1e-300 scales to"),
+    ],
+)
+def test_bad_run_options_are_one_line_naming_the_option(
+    tmp_path, monkeypatch, capsys, args, message
+):
+    from topologies import cli
+
+    def started(*_):
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(cli, "run_all", started)
+    paths = files(tmp_path)
+    args = [paths.get(a, a) for a in args]
+    assert cli.main(["run", *args]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("forgive: ")
+    assert message in err[0]
+    assert "--seeds" not in err[0]

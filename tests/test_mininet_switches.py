@@ -93,11 +93,33 @@ def test_two_switch_fabric_forwards_over_parallel_links(targets, tmp_path):
             assert receiver.communicate(timeout=10)[0].strip() == "forgive over udp"
             s1_rows = controller.counters("s1")
             # s1 port 1 faces h1 (the echo replies), ports 2 and 3 face s2
-            assert s1_rows[1]["tx_packets"] >= 4
-            assert s1_rows[2]["tx_packets"] + s1_rows[3]["tx_packets"] >= 4
+            assert s1_rows[1].tx_packets >= 4
+            assert s1_rows[2].tx_packets + s1_rows[3].tx_packets >= 4
         finally:
             controller.close()
     finally:
         net.stop()
     for switch in (s1, s2):
         assert switch.process is None
+
+
+def test_a_model_switch_under_a_deep_results_folder_still_gets_its_control_socket(tmp_path):
+    """A Unix socket's path holds 107 bytes; results folders can be deeper than that."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from pathlib import Path
+
+    from topologies.switches import UNIX_PATH_MAX, ModelSwitch
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    shallow = ModelSwitch("fgs1", log_dir=str(tmp_path))
+    switch = ModelSwitch("fgs2", log_dir=str(deep))
+    try:
+        assert shallow.control_path == str(tmp_path / "fgs1.model.sock")
+        assert len(switch.control_path.encode()) <= UNIX_PATH_MAX
+        assert Path(switch.control_path).parent.is_dir()
+    finally:
+        shallow.stop()
+        switch.stop()
+    assert not Path(switch.control_path).parent.exists()

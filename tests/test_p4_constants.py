@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from host_agent import wire
-from switch_model import counters, port, tables
+from switch_model import counters, port, surface
 
 INCLUDE = Path(__file__).resolve().parent.parent / "p4src" / "include"
 
@@ -29,9 +29,11 @@ PYTHON_CONSTANTS = {
     "TRIMMED_FRAME_BYTES": wire.TRIMMED_FRAME_LEN,
     "TRIMMED_IPV4_TOTAL_LEN": wire.TRIMMED_IPV4_TOTAL_LEN,
     "TRIMMED_UDP_LEN": wire.TRIMMED_UDP_LEN,
+    "ETH_HEADER_BYTES": wire.ETH_LEN,
+    "IPV4_HEADER_BYTES": wire.IPV4_LEN,
     "PRIO_HIGH": port.PRIO_HIGH,
     "PRIO_LOW": port.PRIO_LOW,
-    "ECN_RANDOM_MAX": tables.PMAX_ONE - 1,
+    "ECN_RANDOM_MAX": surface.PMAX_ONE - 1,
     "NUM_PORTS": counters.NUM_PORTS,
 }
 """Every constant of constants.p4, by its P4 name."""

@@ -30,9 +30,9 @@ def rig(data_queue_bytes: int = 3 * 1500, kmin: int = 1 << 30, kmax: int = 1 << 
     store = TableStore(load_pipeline(p4info()))
     entries = [
         INDEX.table_entry(
-            "MyIngress.ipv4_lpm",
+            "ForgiveIngress.ipv4_lpm",
             {"hdr.ipv4.dstAddr": (0x0A000000 | port << 8, 24)},
-            "MyIngress.set_nhop",
+            "ForgiveIngress.set_nhop",
             {"dmac": DMAC[port], "port": port},
         )
         for port in (2, 3, 9)
@@ -40,17 +40,17 @@ def rig(data_queue_bytes: int = 3 * 1500, kmin: int = 1 << 30, kmax: int = 1 << 
     for group, members in ((7, 0), (8, 1)):
         entries.append(
             INDEX.table_entry(
-                "MyIngress.ipv4_lpm",
+                "ForgiveIngress.ipv4_lpm",
                 {"hdr.ipv4.dstAddr": (0x0A000000 | group << 8, 24)},
-                "MyIngress.set_ecmp_group",
+                "ForgiveIngress.set_ecmp_group",
                 {"group_id": group, "num_members": members},
             )
         )
     entries.append(
         INDEX.table_entry(
-            "MyIngress.port_thresholds",
+            "ForgiveIngress.port_thresholds",
             {"standard_metadata.egress_spec": 2},
-            "MyIngress.set_thresholds",
+            "ForgiveIngress.set_thresholds",
             {
                 "data_queue_bytes": data_queue_bytes,
                 "ecn_kmin": kmin,

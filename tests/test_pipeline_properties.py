@@ -14,6 +14,7 @@ from switch_harness import p4info
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
 from host_agent.wire import FORGIVE_UDP_PORT
+from switch_model import surface
 from switch_model.counters import CounterArrays
 from switch_model.pipeline import Pipeline
 from switch_model.port import EgressPort
@@ -32,9 +33,9 @@ def insert(store: TableStore, entry: p4runtime_pb2.TableEntry, kind=p4runtime_pb
 
 def nhop(match: dict, port: int) -> p4runtime_pb2.TableEntry:
     return INDEX.table_entry(
-        "MyIngress.ipv4_lpm",
+        surface.LPM_TABLE,
         match,
-        "MyIngress.set_nhop",
+        surface.SET_NHOP,
         {"dmac": 0x02_00_00_00_00_00 | port, "port": port},
     )
 
@@ -76,9 +77,9 @@ def routed_pipeline() -> Pipeline:
     insert(
         store,
         INDEX.table_entry(
-            "MyIngress.port_thresholds",
+            surface.THRESHOLD_TABLE,
             {"standard_metadata.egress_spec": 1},
-            "MyIngress.set_thresholds",
+            surface.SET_THRESHOLDS,
             {"data_queue_bytes": 6000, "ecn_kmin": 100, "ecn_kmax": 3000, "ecn_pmax": 30000},
         ),
     )

@@ -1,5 +1,7 @@
 """The workload's schedule: every rank must derive the same flows for its peers."""
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -7,6 +9,8 @@ from hypothesis import strategies as st
 from workload.plan import (
     Kind,
     TrainingConfig,
+    chunk_bounds,
+    chunk_owner,
     flow_id,
     gradient_messages,
     kind_of,
@@ -14,7 +18,7 @@ from workload.plan import (
     ring_chunk,
     synthetic_norms,
 )
-from workload.train import classify, make_detector
+from workload.rank import classify, make_detector
 
 
 def config(n, rank=0, **kw):
@@ -36,6 +40,7 @@ def test_ring_reduces_every_chunk_and_gathers_it_everywhere(n):
     # after reduce-scatter rank r holds the full chunk (r + 1) % n; all-gather sends it round
     for rank in range(n):
         assert ring_chunk(rank, n - 1, n) == (rank + 1) % n
+        assert chunk_owner((rank + 1) % n, n) == rank
         gathered = {ring_chunk((rank - 1) % n, j, n) for j in range(n - 1, 2 * (n - 1))}
         assert gathered | {(rank + 1) % n} == set(range(n))
 
@@ -103,3 +108,32 @@ def test_detectors_mark_early_and_final_steps_critical(detector):
     critical = {step for step in range(1, 21) if classify(det, norms, step)}
     assert {1, 2, 3, 20} <= critical
     assert not critical & set(range(6, 18))
+
+
+@settings(deadline=None)
+@given(total=st.integers(16, 10**7), n=st.integers(2, 16))
+def test_chunk_bounds_tile_the_buffer(total, n):
+    bounds = chunk_bounds(total, n)
+    assert bounds[0][0] == 0 and sum(size for _, size in bounds) == total
+    for (off, size), (nxt, _) in itertools.pairwise(bounds):
+        assert off + size == nxt
+
+
+def test_tensor_parallel_groups_all_to_all_within_themselves():
+    from workload.plan import Kind, compute_messages
+
+    cfg = TrainingConfig(
+        ranks=tuple(f"10.0.0.{i + 1}" for i in range(16)), rank=0, tp_group=8, pp_bytes=0
+    )
+    sends = {src: compute_messages(cfg, 1, src) for src in range(16)}
+    for src, msgs in sends.items():
+        group = range(src - src % 8, src - src % 8 + 8)
+        assert sorted(m.dst for m in msgs) == [r for r in group if r != src]
+        assert all(m.kind == Kind.TENSOR_PARALLEL and m.size == cfg.tp_bytes for m in msgs)
+    for dst in range(16):
+        senders = [m.src for msgs in sends.values() for m in msgs if m.dst == dst]
+        assert len(senders) == 7, "seven senders converge on every receiving rank"
+    flows = [m.flow for msgs in sends.values() for m in msgs]
+    assert len(set(flows)) == len(flows)
+    pair = TrainingConfig(ranks=cfg.ranks, rank=0)
+    assert next((m.src, m.dst) for m in compute_messages(pair, 1, 5)) == (5, 4)

@@ -22,7 +22,6 @@ import socket
 import time
 
 import pytest
-from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from switch_harness import (
@@ -31,17 +30,17 @@ from switch_harness import (
     VethSet,
     can_use_netns,
     device_config,
-    insert_entries,
     p4info,
 )
 
+from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
 from controller.shaping import apply_shaping
 from controller.topology import PortSpec, SwitchSpec
 from host_agent.scapy_layer import FTH
 from host_agent.wire import ECN_ECT0, FORGIVE_UDP_PORT, PACKET_BYTES, Opcode
-from switch_model.tables import PMAX_ONE
+from switch_model.surface import PMAX_ONE, Thresholds
 
 pytestmark = [
     pytest.mark.netns,
@@ -53,7 +52,7 @@ LINE_BPS = 20_000_000
 FRAME = 4154
 DATA_QUEUE = 16 * FRAME
 """About the emulation's 64 KiB; ECN from 0.19 of it to 0.76, at most 0.2 below that."""
-THRESHOLDS = (DATA_QUEUE, 3 * FRAME, 12 * FRAME, round(0.2 * PMAX_ONE))
+THRESHOLDS = Thresholds(DATA_QUEUE, 3 * FRAME, 12 * FRAME, round(0.2 * PMAX_ONE))
 SECONDS = 5.0
 EGRESS = 4
 STREAMS = (  # port, share of the line rate, kind
@@ -123,50 +122,20 @@ def _send(interfaces: dict[int, str], plan, report) -> None:
 
 
 def counters(client: SwitchClient, port: int) -> dict[str, int]:
-    index = P4InfoIndex(p4info())
-    names = {
-        "MyEgress.port_tx": "tx_packets",
-        "MyIngress.port_trims": "trims",
-        "MyIngress.port_ce_marks": "ce_marks",
-        "MyIngress.port_drops": "drops",
-    }
-    query = []
-    for name in names:
-        entity = p4runtime_pb2.Entity()
-        entity.counter_entry.counter_id = index.counter(name).preamble.id
-        entity.counter_entry.index.index = port
-        query.append(entity)
-    return {
-        names[index.counter_names[e.counter_entry.counter_id]]: e.counter_entry.data.packet_count
-        for e in client.read(query)
-    }
+    (row,) = entries.read_port_counters(client, P4InfoIndex(p4info()), [port]).values()
+    return {key: getattr(row, key) for key in ("tx_packets", "trims", "ce_marks", "drops")}
 
 
-def configure(client: SwitchClient, device: bytes) -> None:
+def configure(client: SwitchClient) -> None:
     info = p4info()
     index = P4InfoIndex(info)
-    client.set_pipeline(info, device, 1)
-    entries = [
-        index.table_entry(
-            "MyIngress.ipv4_lpm",
-            {"hdr.ipv4.dstAddr": (0x0A000400, 24)},
-            "MyIngress.set_nhop",
-            {"dmac": 0x020000000004, "port": EGRESS},
-        ),
-        index.table_entry(
-            "MyIngress.port_thresholds",
-            {"standard_metadata.egress_spec": EGRESS},
-            "MyIngress.set_thresholds",
-            dict(
-                zip(
-                    ("data_queue_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax"),
-                    THRESHOLDS,
-                    strict=True,
-                )
-            ),
-        ),
-    ]
-    insert_entries(client, entries)
+    client.set_pipeline(info, device_config(), 1)
+    client.insert(
+        [
+            entries.route(index, 0x0A000400, 24, 0x020000000004, EGRESS),
+            entries.port_thresholds(index, EGRESS, THRESHOLDS),
+        ]
+    )
 
 
 def incast(target: str, workdir) -> dict[str, int]:
@@ -181,7 +150,7 @@ def incast(target: str, workdir) -> dict[str, int]:
             client = SwitchClient(target, switch.grpc, switch.device_id)
             client.connect()
             try:
-                configure(client, device_config() if target == "bmv2" else b"{}")
+                configure(client)
                 spec = SwitchSpec(
                     target,
                     target,

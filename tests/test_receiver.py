@@ -60,6 +60,21 @@ def test_trimmed_header_with_nothing_missing_acks_and_charges_nothing():
     assert rx.step_state(1) == before
 
 
+def test_a_trimmed_header_keeping_cut_payload_is_the_same_trim():
+    """A trim size past the headers leaves some payload behind the FTH: ignored, the range
+    is decided exactly as for a bare header, and nothing counts as received."""
+    bare, cut = receiver(), receiver()
+    for rx in (bare, cut):
+        fill(rx, 20 * K, 100 * K)
+    header = trim(FLOW, 20 * K, K, 100 * K)
+    got = [
+        only(rx.receive(pkt, False, 1.0)) for rx, pkt in ((bare, header), (cut, header + bytes(70)))
+    ]
+    assert got[0] == got[1] and got[0].opcode == Opcode.ACK  # forgiven, p = 0.1
+    assert bare.step_state(1) == cut.step_state(1)
+    assert cut.step_state(1)["received"] == 20 * K and cut.rejected == {}
+
+
 def test_non_gradient_flow_is_never_forgiven():
     rx = receiver(gradient=False)
     fill(rx, 50 * K, 100 * K)
@@ -326,3 +341,18 @@ def test_payload_is_kept_per_flow_and_grows_with_the_data():
         rx.receive(data(flow, K, K, 4 * K, fill=9), False, 0.0)
     assert rx.payload(1) == b""
     assert rx.payload(2) == bytes(K) + bytes([9]) * K + bytes(2 * K)
+
+
+def test_forgiven_ranges_outlive_the_scoreboard_and_match_the_zero_fill():
+    rx = receiver(expected=40 * K)
+    fill(rx, 30 * K, 40 * K)
+    for seq in (30 * K, 31 * K, 33 * K):  # two adjacent ranges merge, one stands apart
+        assert only(rx.receive(trim(FLOW, seq, K, 40 * K), False, 1.0)).opcode == Opcode.ACK
+    rx.receive(data(FLOW, 32 * K, K, 40 * K), False, 0.0)
+    for seq in range(34 * K, 40 * K, K):
+        rx.receive(data(FLOW, seq, K, 40 * K), False, 0.0)
+    assert rx.flow_state(FLOW)["complete"] and rx.flow_ranges(FLOW) == []
+    assert rx.forgiven_ranges(FLOW) == [(30 * K, 32 * K), (33 * K, 34 * K)]
+    payload = rx.payload(FLOW)
+    zero = [i for i in range(0, 40 * K, K) if payload[i : i + K] == bytes(K)]
+    assert zero == [30 * K, 31 * K, 33 * K]

@@ -5,7 +5,7 @@ import itertools
 import pytest
 from helpers import ack, cnp, nack
 
-from host_agent.core import EXEMPT, OBEYING, DcqcnParams, DcqcnRate, ForgiveSender
+from host_agent.core import EXEMPT, OBEYING, DcqcnParams, DcqcnRate, ForgiveSender, new_rate
 from host_agent.wire import PACKET_BYTES, TRIMMED_FRAME_LEN, Flag, Opcode, decode
 
 K = PACKET_BYTES
@@ -16,7 +16,7 @@ EXHAUSTED = Flag.ELIGIBLE | Flag.EXHAUSTED
 
 def sender(rate=10 * GBPS, rto=10.0, rto_max=10.0):
     """A sender whose timeout stays out of the way unless a test asks for it."""
-    return ForgiveSender(DcqcnParams(line_rate_bps=rate), seed=0, rto=rto, rto_max=rto_max)
+    return ForgiveSender(DcqcnParams(line_rate_bps=rate), rto=rto, rto_max=rto_max)
 
 
 def drain(tx, until=1.0):
@@ -176,7 +176,6 @@ def test_cut_uses_alpha_and_raises_it():
     assert r.current == 20 * GBPS and r.target == 40 * GBPS
     g = 1 / 256
     assert r.alpha == pytest.approx((1 - g) * 1.0 + g)
-    assert not r.reduce(10e-6)  # within the rate-reduce period: one cut only
     before, alpha = r.rate_at(60e-6), r.alpha
     assert before == pytest.approx(30 * GBPS)  # one timer event at 55 us: fast recovery
     assert r.reduce(60e-6)
@@ -232,7 +231,14 @@ def test_time_scale_stretches_periods_and_rate_steps_follow_the_line_rate():
     assert r.rate_at(55e-6 * 999) == pytest.approx(20e6)  # no timer event yet
     assert r.rate_at(55e-3 + 1e-9) == pytest.approx(30e6)
     assert p.cnp_interval == pytest.approx(50e-3)
-    assert not r.reduce(49e-3) and r.reduce(51e-3)
+    nic = DcqcnParams(line_rate_bps=40e6, time_scale=1000.0, profile="nic")
+    assert nic.rate(nic.rate_ai_bps) == pytest.approx(5e3)  # 50M of 400G
+    assert nic.cnp_interval == pytest.approx(4e-3)
+    r = new_rate(nic, now=0.0)
+    assert not r.reduce(1e-3)  # the first cut waits for the check, 4 us x 1000 later
+    alpha = (1 - 1 / 256) ** 4  # four 1-us updates (x 1000) with no new CNP before the check
+    assert r.rate_at(4.999e-3) == 40e6
+    assert r.rate_at(5.001e-3) == pytest.approx(40e6 * (1 - alpha / 2))
     slow_link = DcqcnParams(line_rate_bps=40e6)
     assert slow_link.byte_count(10_000_000) == 10_000
 

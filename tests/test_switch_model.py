@@ -17,13 +17,16 @@ from pathlib import Path
 import pytest
 from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.l2 import Ether
-from switch_harness import ModelProcess, VethSet, can_use_netns, p4info
+from switch_harness import ModelProcess, VethSet, can_use_netns, device_config, p4info
 
+from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
 from host_agent.wire import FORGIVE_UDP_PORT, PACKET_BYTES, TRIMMED_FRAME_LEN, Flag, Opcode
+from switch_model import surface
 from switch_model.crc16 import crc16
+from switch_model.surface import Thresholds
 
 pytestmark = [
     pytest.mark.netns,
@@ -47,36 +50,15 @@ class Rig:
         self.index = P4InfoIndex(self.info)
         self.client = SwitchClient("s1", model.grpc, model.device_id)
         self.client.connect()
-        self.client.set_pipeline(self.info, b"{}", 1)
-
-    def insert(self, table, match, action, params):
-        from p4.v1 import p4runtime_pb2
-
-        update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
-        update.entity.table_entry.CopyFrom(self.index.table_entry(table, match, action, params))
-        self.client.write([update])
+        self.client.set_pipeline(self.info, device_config(), 1)
 
     def route(self, prefix: str, plen: int, port: int):
         value = int.from_bytes(bytes(int(x) for x in prefix.split(".")), "big")
-        self.insert(
-            "MyIngress.ipv4_lpm",
-            {"hdr.ipv4.dstAddr": (value, plen)},
-            "MyIngress.set_nhop",
-            {"dmac": HOST_MAC[port], "port": port},
-        )
+        self.client.insert([entries.route(self.index, value, plen, HOST_MAC[port], port)])
 
     def thresholds(self, port, data_queue_bytes, kmin, kmax, pmax):
-        self.insert(
-            "MyIngress.port_thresholds",
-            {"standard_metadata.egress_spec": port},
-            "MyIngress.set_thresholds",
-            {
-                "data_queue_bytes": data_queue_bytes,
-                "ecn_kmin": kmin,
-                "ecn_kmax": kmax,
-                "ecn_pmax": pmax,
-            },
-        )
+        limits = Thresholds(data_queue_bytes, kmin, kmax, pmax)
+        self.client.insert([entries.port_thresholds(self.index, port, limits)])
 
     def counter(self, name: str, port: int) -> tuple[int, int]:
         from p4.v1 import p4runtime_pb2
@@ -152,7 +134,7 @@ def test_lpm_forwarding_rewrites_macs_ttl_and_checksum(rig):
     assert parsed[IP].ttl == 63 and parsed[IP].dst == "10.0.2.2"
     assert checksum_ok(on2) and checksum_ok(on3)
     assert Ether(on3).dst == "02:00:00:00:00:03"
-    assert rig.counter("MyEgress.port_tx", 2) == (1, len(on2))
+    assert rig.counter(surface.PORT_TX, 2) == (1, len(on2))
 
 
 def test_unrouted_and_ttl_expired_are_dropped(rig):
@@ -163,23 +145,19 @@ def test_unrouted_and_ttl_expired_are_dropped(rig):
     assert rig.port(2).receive(timeout=0.3) == []
     dropped = rig.model.stats()["dropped"]
     assert dropped == {"no route": 1, "TTL expired": 1}
-    assert rig.counter("MyIngress.port_drops", 2)[0] == 1, "only the routed one has a port"
+    assert rig.counter(surface.PORT_DROPS, 2)[0] == 1, "only the routed one has a port"
 
 
 def test_ecmp_member_is_bmv2_crc16_of_the_five_fields(rig):
-    rig.insert(
-        "MyIngress.ipv4_lpm",
-        {"hdr.ipv4.dstAddr": (0x0A000202, 32)},
-        "MyIngress.set_ecmp_group",
-        {"group_id": 5, "num_members": 3},
+    rig.client.insert(
+        [
+            entries.ecmp_route(rig.index, 0x0A000202, 32, 5, 3),
+            *(
+                entries.ecmp_member(rig.index, 5, member, HOST_MAC[port], port)
+                for member, port in enumerate((2, 3, 4))
+            ),
+        ]
     )
-    for member, port in enumerate((2, 3, 4)):
-        rig.insert(
-            "MyIngress.ecmp_nhop",
-            {"meta.ecmp_group_id": 5, "meta.ecmp_member": member},
-            "MyIngress.set_nhop",
-            {"dmac": HOST_MAC[port], "port": port},
-        )
     sports = random.Random(1).sample(range(1024, 65535), 60)
     for sport in sports:
         rig.port(1).send(data_frame(sport=sport, payload=64))
@@ -215,8 +193,8 @@ def test_full_data_queue_trims_to_58_bytes_sent_ahead_of_data(rig):
         assert checksum_ok(frame)
     seqs = sorted(Ether(f)[FTH].seq for f in frames)
     assert seqs == [i * PACKET_BYTES for i in range(12)]
-    assert rig.counter("MyIngress.port_trims", 2)[0] == len(trimmed)
-    assert rig.counter("MyEgress.port_tx", 2) == (12, 12 * len(burst[0])), "bytes as received"
+    assert rig.counter(surface.PORT_TRIMS, 2)[0] == len(trimmed)
+    assert rig.counter(surface.PORT_TX, 2) == (12, 12 * len(burst[0])), "bytes as received"
 
 
 def test_ecn_step_marks_ect_data_only(rig):
@@ -228,7 +206,7 @@ def test_ecn_step_marks_ect_data_only(rig):
     ecn = sorted(Ether(f)[IP].tos & 3 for f in frames)
     assert ecn == [0, 3]
     assert all(checksum_ok(f) for f in frames)
-    assert rig.counter("MyIngress.port_ce_marks", 2)[0] == 1
+    assert rig.counter(surface.PORT_CE_MARKS, 2)[0] == 1
 
 
 def test_ecn_probability_follows_the_red_ramp(rig):
@@ -240,7 +218,7 @@ def test_ecn_probability_follows_the_red_ramp(rig):
     for _ in range(41):
         rig.port(1).send(frame)
     rig.model.wait_received(41)
-    marks = rig.counter("MyIngress.port_ce_marks", 2)[0]
+    marks = rig.counter(surface.PORT_CE_MARKS, 2)[0]
     # a backlog of i frames marks the next one with probability pmax*(occ-kmin)/(kmax-kmin)
     # below kmax and certainly from kmax on: about 0.5*9.5 + 20 over the burst.
     expected = sum(
@@ -258,8 +236,8 @@ def test_non_fth_traffic_is_tail_dropped_not_trimmed(rig):
         rig.port(1).send(plain_udp(size=1000, sport=5000 + i))
     frames = rig.port(2).receive(timeout=1.0)
     assert 1 <= len(frames) < 6 and all(len(f) == len(frames[0]) for f in frames)
-    assert rig.counter("MyIngress.port_drops", 2)[0] == 6 - len(frames)
-    assert rig.counter("MyIngress.port_trims", 2)[0] == 0
+    assert rig.counter(surface.PORT_DROPS, 2)[0] == 6 - len(frames)
+    assert rig.counter(surface.PORT_TRIMS, 2)[0] == 0
 
 
 def test_control_packets_take_the_high_queue(rig):
@@ -315,7 +293,7 @@ def test_malformed_frames_are_counted_and_dropped_while_forwarding_continues(rig
     assert [Ether(f)[FTH].length for f in frames] == [100]
     dropped = rig.model.stats()["dropped"]
     assert dropped["malformed"] == len(AT_PORT)
-    assert rig.counter("MyIngress.port_drops", 2)[0] == len(AT_PORT)
+    assert rig.counter(surface.PORT_DROPS, 2)[0] == len(AT_PORT)
     unrouted = sum(len(v) for v in UNROUTED.values())
     assert sum(dropped.values()) == unrouted + len(AT_PORT) + 200
     assert rig.model.proc.poll() is None
@@ -360,4 +338,4 @@ def test_frames_lost_in_the_socket_buffer_are_counted(rig):
     assert 0 < lost < sent
     assert stats["rx_frames"] + lost == sent
     assert stats["ports"]["1"]["socket_drops"] == lost
-    assert rig.counter("MyEgress.port_tx", 2)[0] == stats["rx_frames"]
+    assert rig.counter("ForgiveEgress.port_tx", 2)[0] == stats["rx_frames"]

@@ -15,10 +15,10 @@ from switch_harness import (
     VethSet,
     can_use_netns,
     device_config,
-    insert_entries,
     p4info,
 )
 
+from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
@@ -39,30 +39,16 @@ def configure(grpc: str, device_id: int) -> SwitchClient:
     client = SwitchClient("s", grpc, device_id)
     client.connect()
     client.set_pipeline(info, device_config(), 1)
-    entries = [
-        index.table_entry(
-            "MyIngress.ipv4_lpm",
-            {"hdr.ipv4.dstAddr": (0x0A090000, 16)},
-            "MyIngress.set_ecmp_group",
-            {"group_id": 9, "num_members": len(MEMBERS)},
-        ),
-        index.table_entry(
-            "MyIngress.ipv4_lpm",
-            {"hdr.ipv4.dstAddr": (0x0A090100, 24)},
-            "MyIngress.set_nhop",
-            {"dmac": 0x020000000006, "port": 6},
-        ),
-    ]
-    for member, port in enumerate(MEMBERS):
-        entries.append(
-            index.table_entry(
-                "MyIngress.ecmp_nhop",
-                {"meta.ecmp_group_id": 9, "meta.ecmp_member": member},
-                "MyIngress.set_nhop",
-                {"dmac": 0x020000000000 | port, "port": port},
-            )
-        )
-    insert_entries(client, entries)
+    client.insert(
+        [
+            entries.ecmp_route(index, 0x0A090000, 16, 9, len(MEMBERS)),
+            entries.route(index, 0x0A090100, 24, 0x020000000006, 6),
+            *(
+                entries.ecmp_member(index, 9, member, 0x020000000000 | port, port)
+                for member, port in enumerate(MEMBERS)
+            ),
+        ]
+    )
     return client
 
 

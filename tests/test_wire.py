@@ -61,6 +61,12 @@ def test_data_round_trip_and_trimmed_header():
     assert trimmed.trimmed and trimmed.length == 4096 and len(payload) == 0
 
 
+def test_what_a_larger_trim_keeps_past_the_fth_is_ignored():
+    """A 128-byte trim keeps 70 bytes of cut payload; they are no payload of the header."""
+    header, payload = decode(Fth(Opcode.DATA, Flag.TRIMMED, 4096, 7, 0, 8192).encode(bytes(70)))
+    assert header.trimmed and header.length == 4096 and len(payload) == 0
+
+
 @pytest.mark.parametrize(
     "raw, reason",
     [
@@ -72,7 +78,7 @@ def test_data_round_trip_and_trimmed_header():
         (data(length=PACKET_BYTES + 1), "outside"),
         (data(length=0, payload=b""), "outside"),
         (data(seq=995, length=10), "beyond flow length"),
-        (Fth(Opcode.DATA, Flag.TRIMMED, 10, 1, 0, 100).encode(b"x"), "payload bytes"),
+        (Fth(Opcode.DATA, Flag.TRIMMED, 10, 1, 0, 100).encode(b"x" * 11), "payload bytes"),
         (Fth(Opcode.ACK, Flag.TRIMMED, 10, 1, 0, 0).encode(), "DATA only"),
         (Fth(Opcode.ACK, Flag(0), 0, 1, 0, 0).encode(b"zz"), "payload bytes"),
         (Fth(Opcode.CNP, Flag(0), 1, 1, 0, 0).encode(), "CNP"),

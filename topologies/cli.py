@@ -2,6 +2,7 @@
 
     forgive run      one policy and seed; prints its table, writes a results folder
     forgive compare  several policies times several seeds on the same fabric and workload
+    forgive impact   what a results folder's recorded loss does to a real model (impact.cli)
 
 Every option is checked before anything starts; a bad one is one line on stderr
 and exit status 2. Results (JSON, table, PNG plots, every host's records and
@@ -11,52 +12,113 @@ logs) go to --out, by default results/<time>-<fabric>/.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from impact import cli as impact_cli
 from topologies.fabric import PRESETS, FabricError, FabricSpec, load, preset, with_scaling
-from topologies.results import write_results
-from topologies.runner import RunConfig, RunError, Workload, run_once
+from topologies.report import write_results
+from topologies.runner import ENGINES, JOBS, RunConfig, RunError
 from topologies.scaling import Scaling, ScalingError
+from topologies.simulated import sim_scaling
+from topologies.sweep import run_all
 
 DEFAULT_POLICIES = ("tight", "forgive", "dcqcn", "shed")
 DEFAULT_SEEDS = (1, 2)
+NUMBERS = (
+    ("grad_mib", 0.0, False),
+    ("tp_mib", 0.0, True),
+    ("pp_mib", 0.0, True),
+    ("compute_ms", 0.0, True),
+    ("host_link_mbps", 0.0, False),
+    ("byte_scale", 0.0, False),
+    ("timeout", 0.0, False),
+)
+"""Numeric options: attribute, bound, whether the bound itself is allowed."""
 
 
-def _fabric(args: argparse.Namespace) -> FabricSpec:
-    spec = load(args.fabric) if Path(args.fabric).suffix == ".toml" else preset(args.fabric)
-    if args.host_link_mbps is None and args.byte_scale is None:
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Refuse NaN, infinities and out-of-range numbers under the option's own name."""
+    for name, bound, inclusive in NUMBERS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if not (math.isfinite(value) and (value >= bound if inclusive else value > bound)):
+            raise RunError(
+                f"--{name.replace('_', '-')} must be a finite number "
+                f"{'>=' if inclusive else '>'} {bound:g}, got {value}"
+            )
+
+
+def _fabric(args: argparse.Namespace, engine: str = "mininet") -> FabricSpec:
+    name = args.fabric
+    spec = load(name) if Path(name).suffix.lower() == ".toml" else preset(name)
+    given = [
+        f"--{option} {value:g}"
+        for option, value in (
+            ("host-link-mbps", args.host_link_mbps),
+            ("byte-scale", args.byte_scale),
+        )
+        if value is not None
+    ]
+    if engine == "sim":
+        try:
+            return sim_scaling(spec, args.host_link_mbps, args.byte_scale)
+        except (ScalingError, FabricError) as err:
+            raise FabricError(f"{' '.join(given) or 'simulator scaling'}: {err}") from None
+    if not given:
         return spec
     try:
         scaling = Scaling(
-            host_link_bps=(args.host_link_mbps or spec.scaling.host_link_bps / 1e6) * 1e6,
-            byte_scale=args.byte_scale or spec.scaling.byte_scale,
+            host_link_bps=spec.scaling.host_link_bps
+            if args.host_link_mbps is None
+            else args.host_link_mbps * 1e6,
+            byte_scale=spec.scaling.byte_scale if args.byte_scale is None else args.byte_scale,
         )
-    except ScalingError as err:
-        raise FabricError(str(err)) from None
-    return with_scaling(spec, scaling)
+        return with_scaling(spec, scaling)
+    except (ScalingError, FabricError) as err:
+        raise FabricError(f"{' '.join(given)}: {err}") from None
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s]
+    except ValueError as err:
+        raise RunError(f"bad --seeds: {err}") from None
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    defaults = Workload()
+    defaults = JOBS["default"]
+    parser.add_argument(
+        "--engine",
+        default="mininet",
+        help="mininet (default: real processes on an emulated fabric, root) or sim (virtual time)",
+    )
     parser.add_argument(
         "--fabric",
         default="2to1",
         help=f"a preset ({', '.join(PRESETS)}) or a fabric file (.toml); default 2to1",
     )
     parser.add_argument("--switch", default="model", help="model (default) or bmv2")
-    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument(
+        "--job",
+        default="default",
+        help=f"the training job's shape: {', '.join(JOBS)} (default); the options below override",
+    )
+    parser.add_argument("--steps", type=int, help=f"default {defaults.steps}")
     parser.add_argument(
         "--grad-mib",
         type=float,
-        default=defaults.grad_bytes / 2**20,
         help="gradient MiB per rank per step at fabric scale (default 64)",
     )
-    parser.add_argument("--tp-mib", type=float, default=defaults.tp_bytes / 2**20)
-    parser.add_argument("--pp-mib", type=float, default=defaults.pp_bytes / 2**20)
+    parser.add_argument("--tp-mib", type=float, help="to each tensor-parallel peer (16)")
+    parser.add_argument("--tp-group", type=int, help="ranks per tensor-parallel group (2)")
+    parser.add_argument("--pp-mib", type=float, help=f"default {defaults.pp_bytes / 2**20:g}")
     parser.add_argument(
-        "--compute-ms", type=float, default=defaults.compute_s * 1e3, help="at fabric scale"
+        "--compute-ms", type=float, help=f"at fabric scale (default {defaults.compute_s * 1e3:g})"
     )
     parser.add_argument("--detector", default=defaults.detector, help="static or accordion")
     parser.add_argument("--burst", action="store_true", help="background burst on step 2")
@@ -65,25 +127,50 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default="interleaved",
         help="ranks to hosts: interleaved (alternate leaves, default) or packed",
     )
-    parser.add_argument("--host-link-mbps", type=float, help="emulated host link rate")
-    parser.add_argument("--byte-scale", type=float, help="divide every byte quantity by this")
+    parser.add_argument(
+        "--host-link-mbps",
+        type=float,
+        help="host link rate (emulation default 20; the simulator runs the fabric's own)",
+    )
+    parser.add_argument(
+        "--byte-scale",
+        type=float,
+        help="divide every byte quantity by this (default 64)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="per run, s")
     parser.add_argument("--out", type=Path, help="results folder")
 
 
-def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
-    workload = Workload(
-        steps=args.steps,
-        grad_bytes=round(args.grad_mib * 2**20),
-        tp_bytes=round(args.tp_mib * 2**20),
-        pp_bytes=round(args.pp_mib * 2**20),
-        compute_s=args.compute_ms / 1e3,
+def _workload(args: argparse.Namespace):
+    """The named job with every size given on the command line put in its place."""
+    if args.job not in JOBS:
+        raise RunError(f"--job must be one of {', '.join(JOBS)}, got {args.job!r}")
+    given = {
+        "steps": args.steps,
+        "grad_bytes": None if args.grad_mib is None else round(args.grad_mib * 2**20),
+        "tp_bytes": None if args.tp_mib is None else round(args.tp_mib * 2**20),
+        "tp_group": args.tp_group,
+        "pp_bytes": None if args.pp_mib is None else round(args.pp_mib * 2**20),
+        "compute_s": None if args.compute_ms is None else args.compute_ms / 1e3,
+    }
+    return replace(
+        JOBS[args.job],
         detector=args.detector,
         burst=args.burst,
+        **{k: v for k, v in given.items() if v is not None},
     )
-    fabric = _fabric(args)
+
+
+def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
+    if args.engine not in ENGINES:
+        raise RunError(f"--engine must be one of {', '.join(ENGINES)}, got {args.engine!r}")
+    _check_numbers(args)
+    workload = _workload(args)
+    fabric = _fabric(args, args.engine)
     configs = [
-        RunConfig(fabric, args.switch, policy, seed, workload, args.timeout, args.placement)
+        RunConfig(
+            fabric, args.switch, policy, seed, workload, args.timeout, args.placement, args.engine
+        )
         for policy in policies
         for seed in seeds
     ]
@@ -98,7 +185,8 @@ def _describe(config: RunConfig) -> str:
         f"fabric {fabric.name}: {fabric.leaves} leaves, {fabric.spines} spines, "
         f"{fabric.hosts_per_leaf} hosts per leaf, {fabric.oversubscription:g}:1; "
         f"host links {sc.host_link_bps / 1e6:g} Mbit/s for {fabric.host_link_gbps:g} Gbit/s, "
-        f"bytes / {sc.byte_scale:g}, time x {sc.time_scale:g}; switch {config.switch}"
+        f"bytes / {sc.byte_scale:g}, time x {sc.time_scale:g}; switch {config.switch}, "
+        f"engine {config.engine}"
     )
 
 
@@ -113,29 +201,37 @@ def main(argv: list[str] | None = None) -> int:
     _common(cmp_p)
     cmp_p.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     cmp_p.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))
+    cmp_p.add_argument(
+        "--workers", type=int, default=1, help="runs in parallel processes (--engine sim)"
+    )
+    cmp_p.add_argument(
+        "--dask", metavar="ADDRESS", help="run on this Dask scheduler (--engine sim)"
+    )
+    impact_cli.register(sub)
     args = parser.parse_args(argv)
+    if args.command == "impact":
+        return impact_cli.main(args)
     try:
         if args.command == "run":
             policies, seeds = [args.policy], [args.seed]
         else:
             policies = [p for p in args.policies.split(",") if p]
-            seeds = [int(s) for s in args.seeds.split(",") if s]
+            seeds = _seeds(args.seeds)
             if not policies or not seeds:
                 raise RunError("--policies and --seeds need at least one entry each")
         configs = _configs(args, policies, seeds)
+        workers, dask = getattr(args, "workers", 1), getattr(args, "dask", None)
+        if workers < 1:
+            raise RunError(f"--workers must be >= 1, got {workers}")
+        if (workers > 1 or dask) and args.engine != "sim":
+            raise RunError("--workers and --dask need --engine sim (emulations share one host)")
     except (FabricError, RunError) as err:
         print(f"forgive: {err}", file=sys.stderr)
         return 2
-    except ValueError as err:
-        print(f"forgive: bad --seeds: {err}", file=sys.stderr)
-        return 2
     out = args.out or Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{configs[0].fabric.name}"
     print(_describe(configs[0]), file=sys.stderr)
-    runs = []
     try:
-        for i, config in enumerate(configs, 1):
-            label = f"[{i}/{len(configs)}] {config.policy} seed {config.seed}"
-            runs.append(run_once(config, out / f"{config.policy}-seed{config.seed}", label))
+        runs = run_all(configs, out, workers=workers, dask=dask)
     except RunError as err:
         print(f"forgive: {err}", file=sys.stderr)
         return 1

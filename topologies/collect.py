@@ -1,8 +1,9 @@
 """Turn what a run left behind (each host's JSON lines, the switches' counters) into a RunResult.
 
 Each host writes two files: the training loop's records (`train_step`,
-`train_done`) and its agent's statistics (`flow_send`, `flow_recv`,
-`flow_shed`, `bound_violation`, the closing `agent` summary).
+`train_done`, the loss record's `loss_layout` and `loss` lines) and its agent's
+statistics (`flow_send`, `flow_recv`, `flow_shed`, `bound_violation`, the
+closing `agent` summary).
 """
 
 from __future__ import annotations
@@ -14,6 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from topologies.results import RunResult, StepResult
+from workload.lossrecord import LossRecord, LossRecordError, StepClass, assemble
+
+ENGINE = "mininet"
+"""The engine named in the loss records this module assembles."""
+TRIMS_AT = "rx_trims_"
+"""An agent summary's counts of trimmed headers by where they were trimmed (asymmetric DSCP):
+rx_trims_host, rx_trims_fabric, rx_trims_unlocated."""
 
 
 class CollectError(RuntimeError):
@@ -60,6 +68,40 @@ def _steps(train: dict[str, list[dict[str, Any]]]) -> list[StepResult]:
     return steps
 
 
+def loss_record(train: dict[str, list[dict[str, Any]]]) -> LossRecord:
+    """Every rank's loss lines as one record, checked against what each rank said it lost per step."""
+    records = [rec for recs in train.values() for rec in recs]
+    by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for rec in records:
+        if rec.get("type") == "train_step":
+            by_step[rec["step"]].append(rec)
+    steps = [
+        StepClass(step, any(r["critical"] for r in recs), max(r["p"] for r in recs))
+        for step, recs in sorted(by_step.items())
+    ]
+    try:
+        record = assemble(
+            [r for r in records if r.get("type") == "loss_layout"],
+            [r for r in records if r.get("type") == "loss"],
+            steps,
+            ENGINE,
+        )
+    except LossRecordError as err:
+        raise CollectError(f"loss record: {err}") from None
+    lost: dict[tuple[int, int], int] = defaultdict(int)
+    for entry in record.entries:
+        lost[entry.step, entry.dst] += entry.lost_bytes
+    for step, recs in by_step.items():
+        for r in recs:
+            said = r["grad_forgiven"] + r["grad_shed"]
+            if lost[step, r["rank"]] != said:
+                raise CollectError(
+                    f"loss record: rank {r['rank']} step {step} lists {lost[step, r['rank']]} "
+                    f"bytes lost, its step record {said}"
+                )
+    return record
+
+
 def collect(
     *,
     policy: str,
@@ -88,6 +130,12 @@ def collect(
         for name, value in counters.items():
             switch_total[name] += value
     gradient_recvs = [r for r in recvs if r["traffic_class"] == "gradient"]
+    loss = loss_record(train)
+    located: dict[str, int] = defaultdict(int)
+    for agent in (r for r in stats if r["type"] == "agent"):
+        for key, value in agent.items():
+            if key.startswith(TRIMS_AT):
+                located[key[len(TRIMS_AT) :]] += value
     return RunResult(
         policy=policy,
         seed=seed,
@@ -99,6 +147,8 @@ def collect(
         retransmitted_bytes=sum(r["retransmitted_bytes"] for r in sends),
         data_packets_sent=sum(r["sent_packets"] for r in sends),
         trims=switch_total["trims"],
+        trim_drops=switch_total["trim_drops"],
+        trims_located=dict(located),
         ce_marks=switch_total["ce_marks"],
         cnps=sum(r["cnps"] for r in sends),
         rtos=sum(r["rtos"] for r in sends),
@@ -108,6 +158,7 @@ def collect(
         bound_violations=sum(1 for r in stats if r["type"] == "bound_violation"),
         switch_counters={k: dict(v) for k, v in switch_counters.items()},
         timeline=list(timeline),
+        loss=loss.to_json(),
         accounting={
             "flow_bytes_sent": sum(r["bytes"] for r in sends),
             "flow_bytes_received": sum(r["received_bytes"] for r in recvs),
@@ -122,6 +173,8 @@ def collect(
                 r["core_rx"]["trimmed"] for r in stats if r["type"] == "agent"
             ),
             "trims_at_switches": switch_total["trims"],
+            "trims_sent_at_switches": switch_total["trim_tx"],
+            "trim_drops_at_switches": switch_total["trim_drops"],
             "drops_at_switches": switch_total["drops"],
         },
     )

@@ -20,18 +20,34 @@ queue, ECN from 800 KB) and shrunk by one `Scaling`. A fabric file is TOML:
     host_link_mbps = 20
     byte_scale = 64
 
+    [trimming]                  # all optional: controller.trimming has every key
+    size = 58
+    dscp_value = "from-tc"
+    tc_value = 5
+    port_qos_map = { host = "host_trim", fabric = "fabric_trim" }
+    [trimming.tc_to_dscp_map.host_trim]
+    5 = 3
+
 Oversubscription at a leaf is hosts_per_leaf * host_link / (spines * spine_link).
+The trimming section is the controller's, as the switches get it, except that
+`trim_queue_bytes` is at fabric scale and shrinks like every queue size.
 Every error names the file and the key, in one line, before anything starts.
 """
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from switch_model.tables import PMAX_ONE
+from controller import trimming as trim_section
+from controller.p4info import ConfigError
+from controller.topology import MAX_RATE_BPS, Fabric
+from controller.topology import parse as parse_description
+from controller.trimming import Trimming
+from switch_model.surface import PMAX_ONE, Thresholds
 from topologies.scaling import Scaling, ScalingError
 
 
@@ -57,6 +73,8 @@ class FabricSpec:
     spine_link_gbps: float = 400.0
     switch: SwitchSettings = field(default_factory=SwitchSettings)
     scaling: Scaling = field(default_factory=Scaling)
+    trimming: Trimming = trim_section.DEFAULT
+    """At fabric scale: `Plan.trimming` is what the switches get."""
 
     @property
     def oversubscription(self) -> float:
@@ -76,6 +94,10 @@ PRESETS: dict[str, FabricSpec] = {
     "4to1": FabricSpec("4to1", leaves=2, spines=1, hosts_per_leaf=4),
     # Every host on one switch: the many-to-one burst converges on one egress port.
     "incast": FabricSpec("incast", leaves=1, spines=0, hosts_per_leaf=6),
+    # The note's own fabrics: 64 ranks on 8 leaves of 8 hosts, 8, 4 or 2 spines per leaf.
+    "note-1to1": FabricSpec("note-1to1", leaves=8, spines=8, hosts_per_leaf=8),
+    "note-2to1": FabricSpec("note-2to1", leaves=8, spines=4, hosts_per_leaf=8),
+    "note-4to1": FabricSpec("note-4to1", leaves=8, spines=2, hosts_per_leaf=8),
 }
 
 
@@ -91,8 +113,10 @@ def _check(spec: FabricSpec) -> FabricSpec:
         raise FabricError("a fabric needs at least two hosts")
     if spec.leaves > 250 or spec.hosts_per_leaf > 250 or spec.spines > 250:
         raise FabricError("at most 250 leaves, spines and hosts per leaf")
-    if spec.host_link_gbps <= 0 or spec.spine_link_gbps <= 0:
-        raise FabricError("link rates must be > 0")
+    for key in ("host_link_gbps", "spine_link_gbps"):
+        gbps = getattr(spec, key)
+        if not 0 < gbps <= MAX_RATE_BPS / 1e9:
+            raise FabricError(f"{key} must lie in (0, {MAX_RATE_BPS / 1e9:g}], got {gbps}")
     sw = spec.switch
     if not 0 < sw.ecn_kmin_bytes <= sw.ecn_kmax_bytes <= sw.data_queue_bytes:
         raise FabricError("need 0 < ecn_kmin_bytes <= ecn_kmax_bytes <= data_queue_bytes")
@@ -100,9 +124,30 @@ def _check(spec: FabricSpec) -> FabricSpec:
         raise FabricError(f"ecn_pmax must lie in [0, 1], got {sw.ecn_pmax}")
     try:
         spec.scaling.queue(sw.data_queue_bytes, "data_queue_bytes")
+        spec.scaling.link(spec.host_link_gbps * 1e9, f"host_link_gbps = {spec.host_link_gbps:g}")
+        if spec.spines:
+            spec.scaling.link(
+                spec.spine_link_gbps * 1e9, f"spine_link_gbps = {spec.spine_link_gbps:g}"
+            )
     except ScalingError as err:
         raise FabricError(str(err)) from None
+    trim_queue = plan(spec).trimming().trim_queue_bytes
+    if trim_queue is not None and trim_queue < spec.trimming.size:
+        raise FabricError(
+            f"[trimming] trim_queue_bytes of {spec.trimming.trim_queue_bytes} B scales to "
+            f"{trim_queue} B, under one {spec.trimming.size}-byte trimmed packet; lower "
+            "byte_scale"
+        )
+    _check_description(spec)
     return spec
+
+
+def _check_description(spec: FabricSpec) -> None:
+    """The controller's parse of the description a run will hand it, before anything starts."""
+    try:
+        plan(spec).fabric()
+    except ConfigError as err:
+        raise FabricError(f"the scaled fabric is refused by the controller: {err}") from None
 
 
 def preset(name: str, scaling: Scaling | None = None) -> FabricSpec:
@@ -117,6 +162,7 @@ def with_scaling(spec: FabricSpec, scaling: Scaling) -> FabricSpec:
 
 
 _TOP_KEYS = {"name", "leaves", "spines", "hosts_per_leaf", "host_link_gbps", "spine_link_gbps"}
+_SECTIONS = {"switch", "emulation", "trimming"}
 _SWITCH_KEYS = {"data_queue_bytes", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax"}
 _EMULATION_KEYS = {"host_link_mbps", "byte_scale"}
 
@@ -125,16 +171,19 @@ def _typed(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
     value = table[key]
     ok = isinstance(value, kind) and not isinstance(value, bool)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
+        value, ok = float(value), math.isfinite(value)
+    elif kind is float and ok:
+        ok = math.isfinite(value)
     if not ok:
         raise FabricError(
-            f"{where}{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+            f"{where}{key} must be {'an integer' if kind is int else 'a finite number'}, "
+            f"got {value!r}"
         )
     return value
 
 
 def parse(doc: dict[str, Any]) -> FabricSpec:
-    unknown = set(doc) - _TOP_KEYS - {"switch", "emulation"}
+    unknown = set(doc) - _TOP_KEYS - _SECTIONS
     if unknown:
         raise FabricError(f"unknown key(s) {', '.join(sorted(unknown))}")
     missing = {"leaves", "spines", "hosts_per_leaf"} - set(doc)
@@ -171,15 +220,27 @@ def parse(doc: dict[str, Any]) -> FabricSpec:
         )
     except ScalingError as err:
         raise FabricError(str(err)) from None
-    return _check(FabricSpec(**top, switch=SwitchSettings(**sections["switch"]), scaling=scaling))
+    try:
+        trimming = trim_section.parse(doc.get("trimming", {}), "[trimming]")
+    except ConfigError as err:
+        raise FabricError(str(err)) from None
+    return _check(
+        FabricSpec(
+            **top, switch=SwitchSettings(**sections["switch"]), scaling=scaling, trimming=trimming
+        )
+    )
 
 
 def load(path: str | Path) -> FabricSpec:
     """Read and validate a fabric file; every failure is a FabricError naming the file."""
     try:
-        doc = tomllib.loads(Path(path).read_text())
+        doc = tomllib.loads(Path(path).read_bytes().decode())
     except OSError as err:
         raise FabricError(f"fabric file {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise FabricError(f"fabric file {path}: not TOML (not UTF-8 text: {err})") from None
+    except RecursionError:
+        raise FabricError(f"fabric file {path}: not TOML (nested too deep)") from None
     except tomllib.TOMLDecodeError as err:
         raise FabricError(f"fabric file {path}: not TOML: {err}") from None
     try:
@@ -216,21 +277,37 @@ class Plan:
     hosts: list[Host]
     links: list[Link]
 
-    def thresholds(self) -> dict[str, int]:
+    def thresholds(self) -> Thresholds:
         sw, sc = self.spec.switch, self.spec.scaling
-        return {
-            "data_queue_bytes": sc.queue(sw.data_queue_bytes, "data_queue_bytes"),
-            "ecn_kmin": sc.size(sw.ecn_kmin_bytes),
-            "ecn_kmax": sc.size(sw.ecn_kmax_bytes),
-            "ecn_pmax": round(sw.ecn_pmax * PMAX_ONE),
+        return Thresholds(
+            data_queue_bytes=sc.queue(sw.data_queue_bytes, "data_queue_bytes"),
+            ecn_kmin=sc.size(sw.ecn_kmin_bytes),
+            ecn_kmax=sc.size(sw.ecn_kmax_bytes),
+            ecn_pmax=round(sw.ecn_pmax * PMAX_ONE),
+        )
+
+    def trimming(self) -> Trimming:
+        """The spec's trimming at the emulation's scale (its trim queue bound shrunk)."""
+        trimming = self.spec.trimming
+        if trimming.trim_queue_bytes is None:
+            return trimming
+        return replace(trimming, trim_queue_bytes=self.spec.scaling.size(trimming.trim_queue_bytes))
+
+    def fabric(self) -> Fabric:
+        """The controller's parse of this plan's description, with endpoints nothing reaches:
+        what the switches will be told, for the checks and settings that need no switch."""
+        endpoints = {
+            name: {"target": "model", "grpc": f"127.0.0.1:{i + 1}", "control": "check"}
+            for i, name in enumerate(self.switches)
         }
+        return parse_description(self.controller_description(endpoints))
 
     def controller_description(self, endpoints: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The controller's fabric JSON, given each switch's target and control endpoints."""
         missing = set(self.switches) - set(endpoints)
         if missing:
             raise FabricError(f"no endpoints for switch(es) {', '.join(sorted(missing))}")
-        data_queue = self.thresholds()["data_queue_bytes"]
+        data_queue = self.thresholds().data_queue_bytes
         return {
             "switches": {name: endpoints[name] for name in self.switches},
             "hosts": {h.name: {"ip": h.ip, "mac": h.mac} for h in self.hosts},
@@ -242,18 +319,19 @@ class Plan:
                 }
                 for link in self.links
             ],
-            "thresholds": self.thresholds(),
+            "thresholds": self.thresholds()._asdict(),
             # Physical queues hold what the program admits with room to spare; the
             # program, not the queue, decides when DATA is trimmed.
             "queues": {"low_queue_bytes": 2 * data_queue, "high_queue_bytes": data_queue},
+            "trimming": self.trimming().to_json(),
         }
 
 
 def plan(spec: FabricSpec) -> Plan:
     """Name every switch, host and link; ports count from 1, hosts first, then uplinks."""
     sc = spec.scaling
-    host_rate = sc.rate(spec.host_link_gbps * 1e9)
-    uplink_rate = sc.rate(spec.spine_link_gbps * 1e9)
+    host_rate = sc.link(spec.host_link_gbps * 1e9, "host_link_gbps")
+    uplink_rate = sc.link(spec.spine_link_gbps * 1e9, "spine_link_gbps") if spec.spines else 0
     leaves = [f"leaf{i + 1}" for i in range(spec.leaves)]
     spines = [f"spine{i + 1}" for i in range(spec.spines)]
     hosts, links = [], []

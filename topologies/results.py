@@ -1,18 +1,18 @@
-"""What a run measured, in the note's terms: one record per run, a side-by-side table, plots.
+"""What a run measured, in the note's terms: one record per run and a side-by-side table.
 
 The runner fills `RunResult` from the agents' JSON lines and the switches'
-counters; everything here works on those records alone, so a table or a plot
-can be rebuilt from a results folder without rerunning anything.
+counters; everything here works on those records alone, so a table (or, in
+`topologies.plots`, a plot) can be rebuilt from a results folder without
+rerunning anything. `topologies.report` writes and reads that folder.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 BASELINE = "tight"
@@ -55,6 +55,14 @@ class RunResult:
     """Samples over the run: time and cumulative trims and CE marks over all switches."""
     accounting: dict[str, int] = field(default_factory=dict)
     """Totals that must add up across hosts and switches (see topologies.collect)."""
+    loss: dict[str, Any] | None = None
+    """The run's loss record (workload.lossrecord, schema in docs/impact.md); None in older results."""
+    trim_drops: int = 0
+    """Packets the switches trimmed but dropped because the trim queue was full (SAI's
+    DROPPED_TRIM_PACKETS); `trims` counts them too."""
+    trims_located: dict[str, int] = field(default_factory=dict)
+    """Trimmed headers the receivers saw, by where their DSCP says they were trimmed ("host":
+    on a host downlink, the last hop; "fabric"; "unlocated"); empty without asymmetric DSCP."""
 
     @property
     def gradient_bytes(self) -> int:
@@ -75,6 +83,9 @@ class RunResult:
             "forgiven_pct": _pct(self.forgiven_bytes, self.gradient_bytes),
             "retransmitted_pct": _pct(self.retransmitted_bytes, self.data_bytes_sent),
             "trim_rate_pct": _pct(self.trims, self.data_packets_sent),
+            "trims_last_hop": self.trims_located.get("host") if self.trims_located else None,
+            "trims_fabric": self.trims_located.get("fabric") if self.trims_located else None,
+            "trim_drops": self.trim_drops,
             "ce_marks": self.ce_marks,
             "cnps": self.cnps,
             "rtos": self.rtos,
@@ -105,19 +116,38 @@ def _pct(part: float, whole: float) -> float:
 
 # -- comparison -------------------------------------------------------------------
 
+
+def _duration(decimals: int) -> str:
+    """A format marker: at least `decimals` decimals and three significant digits, so that a
+    simulated run's milliseconds read as clearly as an emulated run's seconds."""
+    return f"duration:{decimals}"
+
+
+def _format(fmt: str, value: Any) -> str:
+    if fmt.startswith("duration:"):
+        decimals = int(fmt.partition(":")[2])
+        if value:
+            decimals = max(decimals, 2 - math.floor(math.log10(abs(value))))
+        return f"{value:.{decimals}f}"
+    return fmt.format(value)
+
+
 COLUMNS = [
-    ("training_time_s", "train s", "{:.2f}"),
+    ("training_time_s", "train s", _duration(2)),
     ("time_vs_tight_pct", "vs tight %", "{:+.1f}"),
-    ("allreduce_critical_ms", "AR crit ms", "{:.0f}"),
-    ("allreduce_noncritical_ms", "AR non-crit ms", "{:.0f}"),
+    ("allreduce_critical_ms", "AR crit ms", _duration(0)),
+    ("allreduce_noncritical_ms", "AR non-crit ms", _duration(0)),
     ("forgiven_pct", "forgiven %", "{:.2f}"),
     ("retransmitted_pct", "retx %", "{:.2f}"),
     ("trim_rate_pct", "trim %", "{:.2f}"),
+    ("trims_last_hop", "last-hop trims", "{:.0f}"),
+    ("trims_fabric", "fabric trims", "{:.0f}"),
+    ("trim_drops", "trim drops", "{:.0f}"),
     ("ce_marks", "CE marks", "{:.0f}"),
     ("cnps", "CNPs", "{:.0f}"),
     ("rtos", "RTOs", "{:.0f}"),
     ("toggles_per_exempt_flow", "toggles/flow", "{:.2f}"),
-    ("tp_completion_ms", "TP ms", "{:.0f}"),
+    ("tp_completion_ms", "TP ms", _duration(0)),
     ("bound_held", "bound held", "{}"),
 ]
 
@@ -140,30 +170,22 @@ def compare(runs: Iterable[RunResult]) -> dict[str, dict[str, Any]]:
     return {policy: dict(row) for policy, row in table.items()}
 
 
-def _cell(values: list[Any], fmt: str) -> str:
+def range_cell(values: list[Any], fmt: str) -> str:
+    """One table cell for per-seed values: lo..hi, a single value, yes/no (n) for flags, or -."""
     present = [v for v in values if v is not None]
     if not present:
         return "-"
     if isinstance(present[0], bool):
         return "yes" if all(present) else f"no ({present.count(False)})"
     lo, hi = min(present), max(present)
-    if len(present) == 1 or fmt.format(lo) == fmt.format(hi):
-        return fmt.format(lo)
-    return f"{fmt.format(lo)}..{fmt.format(hi)}"
+    if len(present) == 1 or _format(fmt, lo) == _format(fmt, hi):
+        return _format(fmt, lo)
+    return f"{_format(fmt, lo)}..{_format(fmt, hi)}"
 
 
-def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None = None) -> str:
-    """A plain-text table, one row per policy; a range lo..hi spans the seeds."""
-    policies = [p for p in (order or sorted(summary)) if p in summary]
-    header = ["policy", "seeds"] + [title for _, title, _ in COLUMNS]
-    rows = [header]
-    for policy in policies:
-        row = summary[policy]
-        rows.append(
-            [policy, str(len(row["seeds"]))]
-            + [_cell(row.get(key, []), fmt) for key, _, fmt in COLUMNS]
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+def render_table(rows: Sequence[Sequence[str]]) -> str:
+    """Plain-text columns: the first row is the header, the first column left-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(
             cell.rjust(w) if i else cell.ljust(w)
@@ -175,24 +197,15 @@ def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None
     return "\n".join(lines)
 
 
-# -- files --------------------------------------------------------------------------
-
-
-def write_results(
-    folder: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None
-) -> str:
-    """Write runs.json, summary.json, table.txt and the plots; return the table."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "runs.json").write_text(json.dumps([r.to_json() for r in runs], indent=1))
-    summary = compare(runs)
-    (folder / "summary.json").write_text(json.dumps(summary, indent=1))
-    table = format_table(summary, order)
-    (folder / "table.txt").write_text(table + "\n")
-    from topologies.plots import plot_all  # matplotlib only when files are written
-
-    plot_all(folder, runs, order)
-    return table
-
-
-def read_runs(folder: Path) -> list[RunResult]:
-    return [RunResult.from_json(d) for d in json.loads((folder / "runs.json").read_text())]
+def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None = None) -> str:
+    """A plain-text table, one row per policy; a range lo..hi spans the seeds."""
+    policies = [p for p in (order or sorted(summary)) if p in summary]
+    header = ["policy", "seeds"] + [title for _, title, _ in COLUMNS]
+    rows = [header]
+    for policy in policies:
+        row = summary[policy]
+        rows.append(
+            [policy, str(len(row["seeds"]))]
+            + [range_cell(row.get(key, []), fmt) for key, _, fmt in COLUMNS]
+        )
+    return render_table(rows)

@@ -1,11 +1,13 @@
 """One emulated training run on a Mininet fabric of FORGIVE switches, start to teardown.
 
-`run_once` builds the network from a fabric plan (switch model or BMv2),
-configures every switch through the controller, starts one `forgive-train`
-(training loop and host agent in one process) per host, samples the switches'
-counters while the steps run, and collects the records into a RunResult.
-Whatever happens — success, a failing rank, a timeout, Ctrl-C or SIGTERM — the
-trainers, switch processes and Mininet links are removed before it returns.
+`run_once` takes a `FabricRun` through its steps: build the network from a
+fabric plan (switch model or BMv2), configure every switch through the
+controller, start one `forgive-train` (training loop and host agent in one
+process) per host, sample the switches' counters while the steps run and
+watch every trainer and switch process, then collect the records into a
+RunResult. Whatever happens — success, a failing rank or switch, a timeout,
+Ctrl-C or SIGTERM — the trainers, switch processes and Mininet links are
+removed before it returns.
 """
 
 from __future__ import annotations
@@ -18,14 +20,17 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import grpc
 
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import parse as parse_description
 from controller.topology import switch_port_mac
 from host_agent.policies import parse_policy
+from switch_model.surface import PortCounters
 from topologies.collect import collect, read_jsonl
 from topologies.fabric import FabricSpec, Host, Plan, plan
 from topologies.processes import stop_process
@@ -37,6 +42,8 @@ MTU = 9000
 SAMPLE_EVERY_S = 0.5
 TARGETS = ("model", "bmv2")
 PLACEMENTS = ("interleaved", "packed")
+ENGINES = ("mininet", "sim")
+"""Where a run happens: Mininet and real processes (root), or virtual time (topologies.simulated)."""
 
 
 class RunError(RuntimeError):
@@ -51,11 +58,23 @@ class Workload:
     grad_bytes: int = 64 << 20
     """Gradient bytes each rank all-reduces per step."""
     tp_bytes: int = 16 << 20
+    """Bytes each rank sends to every other member of its tensor-parallel group."""
+    tp_group: int = 2
     pp_bytes: int = 4 << 20
     compute_s: float = 0.5e-3
     detector: str = "static"
     burst: bool = False
     """A background burst (class other) from the last rank to rank 0 on step 2."""
+
+
+JOBS: dict[str, Workload] = {
+    "default": Workload(),
+    # The note's job: tensor-parallel groups of 8 whose all-to-all makes seven senders
+    # converge on every receiving link (7 x 54 MiB, three quarters of the bytes), beside the
+    # ring all-reduce of 64 MiB gradients (2 x 63/64 x 64 MiB, the quarter that is eligible).
+    "note": Workload(grad_bytes=64 << 20, tp_bytes=54 << 20, tp_group=8, pp_bytes=0),
+}
+"""Named training jobs at fabric scale (`--job`); single options override their sizes."""
 
 
 @dataclass(frozen=True)
@@ -70,11 +89,16 @@ class RunConfig:
     """Ranks to hosts: 'interleaved' alternates leaves, so ring, TP and PP neighbours sit
     on different leaves and cross the (oversubscribed) uplinks; 'packed' fills one leaf
     after another, which keeps most of the ring inside a leaf."""
+    engine: str = "mininet"
 
     def validate(self) -> None:
         """Refuse a bad configuration before anything is started (one-line RunError)."""
+        if self.engine not in ENGINES:
+            raise RunError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.switch not in TARGETS:
             raise RunError(f"--switch must be one of {', '.join(TARGETS)}, got {self.switch!r}")
+        if self.engine == "sim" and self.switch != "model":
+            raise RunError("--engine sim runs the switch model's pipeline: use --switch model")
         if self.placement not in PLACEMENTS:
             raise RunError(
                 f"--placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
@@ -84,7 +108,7 @@ class RunConfig:
             self.training_config(plan(self.fabric), rank=0).validate()
         except ValueError as err:
             raise RunError(str(err)) from None
-        if self.switch == "bmv2":
+        if self.switch == "bmv2" and self.engine == "mininet":
             from topologies.switches import Bmv2Switch
 
             reason = Bmv2Switch.missing()
@@ -104,6 +128,7 @@ class RunConfig:
             grad_bytes=sc.size(wl.grad_bytes),
             compute_s=sc.duration(wl.compute_s),
             tp_bytes=sc.size(wl.tp_bytes) if wl.tp_bytes else 0,
+            tp_group=wl.tp_group,
             pp_bytes=sc.size(wl.pp_bytes) if wl.pp_bytes else 0,
             detector=wl.detector,
             burst_step=2 if wl.burst else None,
@@ -142,24 +167,6 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _build_network(fabric_plan: Plan, switch: str, log_dir: Path):
-    from mininet.link import Link
-    from mininet.net import Mininet
-    from mininet.node import Host
-
-    from topologies.switches import Bmv2Switch, ModelSwitch
-
-    cls = ModelSwitch if switch == "model" else Bmv2Switch
-    net = Mininet(topo=None, controller=None, host=Host, link=Link, build=False, autoSetMacs=False)
-    for name in fabric_plan.switches:
-        net.addSwitch(name, cls=cls, log_dir=str(log_dir))
-    for host in fabric_plan.hosts:
-        net.addHost(host.name, ip=f"{host.ip}/8", mac=host.mac)
-    for link in fabric_plan.links:
-        net.addLink(link.a, link.b, port1=link.a_port or 0, port2=link.b_port)
-    return net
 
 
 def _quiet_interfaces(net) -> None:
@@ -212,97 +219,200 @@ def _steps_done(paths: list[Path]) -> int:
     return min(done, default=0)
 
 
-def _totals(controller, switches: list[str]) -> dict[str, dict[str, int]]:
-    out = {}
-    for name in switches:
-        total: dict[str, int] = {}
-        for row in controller.counters(name).values():
-            for key, value in row.items():
-                total[key] = total.get(key, 0) + value
-        out[name] = total
-    return out
+def _status(code: int) -> str:
+    """A process's exit as a person reads it: `status 3`, or the signal that ended it."""
+    if code >= 0:
+        return f"status {code}"
+    try:
+        return f"signal {signal.Signals(-code).name}"
+    except ValueError:
+        return f"signal {-code}"
+
+
+class FabricRun:
+    """One run's network, controller and trainers, each released through one ExitStack.
+
+    As Mininet's own start/stop/run, a run is a few short steps: `build` the
+    network and start its switches, `configure` them through the controller,
+    `start` the trainers, `run` until they finish, and `stop`, which releases
+    whatever the earlier steps acquired, newest first, however far they got.
+    Used as a context manager, `stop` runs on every exit.
+    """
+
+    def __init__(self, config: RunConfig, out_dir: Path, label: str = "") -> None:
+        self.config = config
+        self.plan = plan(config.fabric)
+        self.out_dir = out_dir
+        self.log_dir = out_dir / "logs"
+        self.train_files = {h.name: out_dir / f"{h.name}.train.jsonl" for h in self.plan.hosts}
+        self.stats_files = {h.name: out_dir / f"{h.name}.agent.jsonl" for h in self.plan.hosts}
+        self.label = label or f"{config.policy} seed {config.seed}"
+        self.net = None
+        self.controller = None
+        self.trainers: dict[str, subprocess.Popen] = {}
+        self.timeline: list[dict[str, Any]] = []
+        self.counters: dict[str, dict[str, int]] = {}
+        self._stack = ExitStack()
+
+    def __enter__(self) -> FabricRun:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Trainers, controller, switches and links, newest first; safe to call twice."""
+        self._stack.close()
+
+    # -- the steps -----------------------------------------------------------------
+
+    def build(self) -> None:
+        """A Mininet network of the plan, built and started: every switch process answers."""
+        from mininet.net import Mininet
+
+        from topologies.switches import Bmv2Switch, ModelSwitch
+
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for path in (*self.train_files.values(), *self.stats_files.values()):
+            path.unlink(missing_ok=True)
+        cls = ModelSwitch if self.config.switch == "model" else Bmv2Switch
+        net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False)
+        self.net = net
+        self._stack.callback(net.stop)
+        for name in self.plan.switches:
+            net.addSwitch(name, cls=cls, log_dir=str(self.log_dir))
+        for host in self.plan.hosts:
+            net.addHost(host.name, ip=f"{host.ip}/8", mac=host.mac)
+        for link in self.plan.links:
+            net.addLink(link.a, link.b, port1=link.a_port or 0, port2=link.b_port)
+        net.build()
+        _quiet_interfaces(net)
+        try:
+            net.start()
+        except RuntimeError as err:  # a switch that never answered (ForgiveSwitch.start)
+            raise RunError(str(err)) from None
+
+    def configure(self) -> None:
+        """Every switch configured over P4Runtime; the controller stays primary for the run."""
+        from controller.fabric_control import FabricController
+
+        endpoints = {s.name: s.spec() for s in self.net.switches}
+        description = self.plan.controller_description(endpoints)
+        with self._failures("configuring the switches"):
+            self.controller = FabricController(
+                parse_description(description), P4INFO, DEVICE_CONFIG
+            )
+            self._stack.callback(self.controller.close)
+            self.controller.apply()
+
+    def start(self) -> None:
+        """One `forgive-train` per rank, on its host, logging to its own file."""
+        for rank, host in enumerate(self.config.rank_hosts(self.plan)):
+            command = _trainer_command(
+                self.config, self.plan, rank, self.train_files, self.stats_files
+            )
+            with open(self.log_dir / f"{host.name}.log", "wb") as log:
+                proc = self.net.get(host.name).popen(command, stdout=log, stderr=subprocess.STDOUT)
+            self.trainers[host.name] = proc
+            self._stack.callback(stop_process, proc, timeout=5)
+
+    def run(self) -> None:
+        """Sample the switches until every trainer has finished; fail at once, in one line,
+        when a switch process or a rank dies, or the run outlasts its timeout."""
+        progress = Progress(self.label, self.config.workload.steps)
+        self._stack.callback(progress.close)
+        started = time.monotonic()
+        deadline = started + self.config.timeout_s
+        while any(p.poll() is None for p in self.trainers.values()):
+            self._check_switches()
+            if any(p.returncode for p in self.trainers.values()):
+                break  # the other ranks would only wait for it until their timeout
+            if time.monotonic() > deadline:
+                raise RunError(f"run did not finish within {self.config.timeout_s:.0f} s")
+            totals = self._totals()
+            trims = sum(t["trims"] for t in totals.values())
+            self.timeline.append(
+                {
+                    "t": time.monotonic() - started,
+                    "trims": trims,
+                    "ce_marks": sum(t["ce_marks"] for t in totals.values()),
+                }
+            )
+            progress.update(_steps_done(list(self.train_files.values())), trims)
+            time.sleep(SAMPLE_EVERY_S)
+        self._check_switches()
+        failed = {name: p.returncode for name, p in self.trainers.items() if p.returncode}
+        if failed:
+            name, code = next(iter(failed.items()))
+            raise RunError(
+                f"{len(failed)} rank(s) failed, {name} with {_status(code)}: "
+                f"{_last_line(self.log_dir / f'{name}.log')} (logs in {self.log_dir})"
+            )
+        self.counters = self._totals()
+        progress.update(self.config.workload.steps, sum(t["trims"] for t in self.counters.values()))
+
+    def result(self) -> RunResult:
+        """What the run measured, from the records it left (after `run`)."""
+        return collect(
+            policy=self.config.policy,
+            seed=self.config.seed,
+            fabric=self.config.fabric.name,
+            time_scale=self.config.fabric.scaling.time_scale,
+            train_files=self.train_files,
+            stats_files=self.stats_files,
+            switch_counters=self.counters,
+            timeline=self.timeline,
+        )
+
+    # -- watching the switches -------------------------------------------------------
+
+    def _check_switches(self) -> None:
+        """Raise RunError naming the first switch whose process has ended."""
+        for switch in self.net.switches:
+            code = switch.process.poll() if switch.process is not None else None
+            if code is not None:
+                raise RunError(
+                    f"switch {switch.name} ({switch.target}) exited with {_status(code)} "
+                    f"during the run; its log: {switch.log_file}"
+                )
+
+    @contextmanager
+    def _failures(self, doing: str) -> Iterator[None]:
+        """A controller error becomes one RunError line: the dead switch behind it if there
+        is one, else what the controller said."""
+        from controller.client import SwitchUnreachable, WriteFailed
+        from controller.p4info import ConfigError
+        from controller.shaping import ShapingFailed
+
+        try:
+            yield
+        except (SwitchUnreachable, WriteFailed, ShapingFailed, ConfigError) as err:
+            self._check_switches()
+            raise RunError(f"{doing}: {err}") from None
+        except grpc.RpcError as err:
+            self._check_switches()
+            raise RunError(f"{doing}: P4Runtime {err.code().name}: {err.details()}") from None
+
+    def _totals(self) -> dict[str, dict[str, int]]:
+        """Per switch, its counters summed over its ports."""
+        with self._failures("reading the switches' counters"):
+            return {
+                name: asdict(sum(self.controller.counters(name).values(), PortCounters()))
+                for name in self.plan.switches
+            }
 
 
 def run_once(config: RunConfig, out_dir: Path, label: str = "") -> RunResult:
-    """Run one policy and seed on a fresh network; raises RunError when the run fails."""
+    """Run one policy and seed on a fresh network; raises RunError when the run fails.
+    Whatever happens, the trainers, switches and links are gone when it returns."""
     config.validate()
     require_root()
-    from controller.fabric_control import FabricController
-
-    fabric_plan = plan(config.fabric)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log_dir = out_dir / "logs"
-    log_dir.mkdir(exist_ok=True)
-    train_files = {h.name: out_dir / f"{h.name}.train.jsonl" for h in fabric_plan.hosts}
-    stats_files = {h.name: out_dir / f"{h.name}.agent.jsonl" for h in fabric_plan.hosts}
-    for path in (*train_files.values(), *stats_files.values()):
-        path.unlink(missing_ok=True)
-    sc = config.fabric.scaling
-    net = controller = None
-    trainers: dict[str, subprocess.Popen] = {}
-    timeline: list[dict[str, Any]] = []
-    progress = Progress(label or f"{config.policy} seed {config.seed}", config.workload.steps)
-    with sigterm_as_interrupt(), ExitStack() as logs:
-        try:
-            net = _build_network(fabric_plan, config.switch, log_dir)
-            net.build()
-            _quiet_interfaces(net)
-            net.start()
-            endpoints = {s.name: s.spec() for s in net.switches}
-            description = fabric_plan.controller_description(endpoints)
-            controller = FabricController(parse_description(description), P4INFO, DEVICE_CONFIG)
-            controller.apply()
-            for rank, host in enumerate(config.rank_hosts(fabric_plan)):
-                trainers[host.name] = net.get(host.name).popen(
-                    _trainer_command(config, fabric_plan, rank, train_files, stats_files),
-                    stdout=logs.enter_context(open(log_dir / f"{host.name}.log", "wb")),
-                    stderr=subprocess.STDOUT,
-                )
-            started = time.monotonic()
-            deadline = started + config.timeout_s
-            while any(p.poll() is None for p in trainers.values()):
-                if any(p.returncode for p in trainers.values()):
-                    break  # the other ranks would only wait for it until their timeout
-                if time.monotonic() > deadline:
-                    raise RunError(f"run did not finish within {config.timeout_s:.0f} s")
-                totals = _totals(controller, fabric_plan.switches)
-                trims = sum(t["trims"] for t in totals.values())
-                timeline.append(
-                    {
-                        "t": time.monotonic() - started,
-                        "trims": trims,
-                        "ce_marks": sum(t["ce_marks"] for t in totals.values()),
-                    }
-                )
-                progress.update(_steps_done(list(train_files.values())), trims)
-                time.sleep(SAMPLE_EVERY_S)
-            failed = {name: p.returncode for name, p in trainers.items() if p.returncode}
-            if failed:
-                name, code = next(iter(failed.items()))
-                raise RunError(
-                    f"{len(failed)} rank(s) failed, {name} with status {code}: "
-                    f"{_last_line(log_dir / f'{name}.log')} (logs in {log_dir})"
-                )
-            counters = _totals(controller, fabric_plan.switches)
-            progress.update(config.workload.steps, sum(t["trims"] for t in counters.values()))
-        finally:
-            progress.close()
-            for proc in trainers.values():
-                stop_process(proc, timeout=5)
-            if controller is not None:
-                controller.close()
-            if net is not None:
-                net.stop()
-    return collect(
-        policy=config.policy,
-        seed=config.seed,
-        fabric=config.fabric.name,
-        time_scale=sc.time_scale,
-        train_files=train_files,
-        stats_files=stats_files,
-        switch_counters=counters,
-        timeline=timeline,
-    )
+    with sigterm_as_interrupt(), FabricRun(config, out_dir, label) as run:
+        run.build()
+        run.configure()
+        run.start()
+        run.run()
+    return run.result()
 
 
 def _last_line(path: Path) -> str:
@@ -321,32 +431,46 @@ def _trainer_command(
     stats_files: dict[str, Path],
 ) -> list[str]:
     host = config.rank_hosts(fabric_plan)[rank]
-    sc = config.fabric.scaling
     cfg = config.training_config(fabric_plan, rank)
+    agent = agent_settings(config, fabric_plan)
     cmd = [sys.executable, "-m", "workload.train", "--iface", f"{host.name}-eth0"]
-    cmd += ["--policy", config.policy, "--seed", str(config.seed)]
-    cmd += ["--line-rate", str(sc.rate(config.fabric.host_link_gbps * 1e9))]
-    cmd += ["--time-scale", str(sc.time_scale)]
-    rto = initial_rto(fabric_plan)
-    cmd += ["--rto", f"{rto:.6f}", "--rto-max", f"{10 * rto:.6f}"]
+    cmd += ["--policy", config.policy]
+    cmd += ["--line-rate", str(agent["line_rate_bps"])]
+    cmd += ["--time-scale", str(agent["time_scale"])]
+    cmd += ["--rto", f"{agent['rto']:.6f}", "--rto-max", f"{agent['rto_max']:.6f}"]
     cmd += ["--gateway-mac", _mac_text(switch_port_mac(host.leaf, host.port))]
+    for dscp, where in agent["trim_locations"].items():
+        cmd += ["--trim-dscp", f"{where}={dscp}"]
     cmd += ["--stats", str(stats_files[host.name]), "--out", str(train_files[host.name])]
-    cmd += ["--ranks", ",".join(cfg.ranks), "--rank", str(rank), "--steps", str(cfg.steps)]
-    cmd += ["--grad-bytes", str(cfg.grad_bytes), "--compute-ms", str(cfg.compute_s * 1e3)]
-    cmd += ["--tp-bytes", str(cfg.tp_bytes), "--pp-bytes", str(cfg.pp_bytes)]
-    cmd += ["--detector", cfg.detector, "--timeout", str(config.timeout_s)]
-    if cfg.burst_step is not None:
-        cmd += ["--burst-step", str(cfg.burst_step), "--burst-bytes", str(cfg.burst_bytes)]
-        cmd += ["--burst-src", str(cfg.burst_src), "--burst-dst", str(cfg.burst_dst)]
+    cmd += ["--timeout", str(config.timeout_s), "--config", cfg.to_json()]
     return cmd
 
 
-def initial_rto(fabric_plan: Plan) -> float:
-    """A first timeout no shorter than a full data queue ahead of a packet plus a few hops'
-    serialisation at the host rate; later flows use the measured round trip instead."""
+def agent_settings(
+    config: RunConfig, fabric_plan: Plan, link_delay_s: float = 0.0
+) -> dict[str, Any]:
+    """Every host's NIC rate, timer stretch and timeouts, and what the switches' trim DSCPs
+    say of where a trim happened, whichever engine runs it; `link_delay_s` is each link's
+    propagation delay (none on veths)."""
+    sc = config.fabric.scaling
+    rto = initial_rto(fabric_plan, link_delay_s)
+    return {
+        "line_rate_bps": sc.rate(config.fabric.host_link_gbps * 1e9),
+        "time_scale": sc.time_scale,
+        "rto": rto,
+        "rto_max": 10 * rto,
+        "trim_locations": fabric_plan.fabric().trim_locations(),
+    }
+
+
+def initial_rto(fabric_plan: Plan, link_delay_s: float = 0.0) -> float:
+    """A first timeout no shorter than the longest path's propagation round trip plus a
+    full data queue ahead of a packet and a few hops' serialisation at the host rate;
+    later flows use the measured round trip instead."""
     host_rate = fabric_plan.spec.scaling.rate(fabric_plan.spec.host_link_gbps * 1e9)
-    queued = fabric_plan.thresholds()["data_queue_bytes"] + 4 * FRAME_BYTES
-    return queued * 8 / host_rate
+    queued = fabric_plan.thresholds().data_queue_bytes + 4 * FRAME_BYTES
+    hops = 4 if fabric_plan.spec.spines else 2
+    return 2 * hops * link_delay_s + queued * 8 / host_rate
 
 
 def _mac_text(mac: int) -> str:

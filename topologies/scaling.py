@@ -15,6 +15,7 @@ ECN marking from 800 KB. An emulation cannot move bytes that fast, so:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 FABRIC_HOST_LINK_BPS = 400e9
@@ -22,6 +23,8 @@ FABRIC_HOST_LINK_BPS = 400e9
 FRAME_BYTES = 14 + 20 + 8 + 16 + 4096
 MIN_QUEUE_FRAMES = 4
 """A scaled data queue must still hold a few full frames, or every burst trims."""
+MIN_LINK_BPS = 8 * FRAME_BYTES
+"""A scaled link must carry one full frame per second, or no run would ever finish."""
 
 
 class ScalingError(ValueError):
@@ -35,12 +38,13 @@ class Scaling:
     byte_scale: float = 64.0
 
     def __post_init__(self) -> None:
-        if self.host_link_bps <= 0 or self.fabric_host_link_bps <= 0:
+        # Written so that NaN fails every test.
+        if not (self.host_link_bps > 0 and self.fabric_host_link_bps > 0):
             raise ScalingError("link rates must be > 0")
-        if self.host_link_bps > self.fabric_host_link_bps:
+        if not self.host_link_bps <= self.fabric_host_link_bps < math.inf:
             raise ScalingError("the emulated host link is faster than the fabric's")
-        if self.byte_scale < 1:
-            raise ScalingError(f"byte_scale must be >= 1, got {self.byte_scale}")
+        if not 1 <= self.byte_scale < math.inf:
+            raise ScalingError(f"byte_scale must be a finite number >= 1, got {self.byte_scale}")
 
     @property
     def rate_scale(self) -> float:
@@ -53,6 +57,16 @@ class Scaling:
     def rate(self, fabric_bps: float) -> int:
         """An emulated rate in bit/s for a fabric rate."""
         return max(1, round(fabric_bps / self.rate_scale))
+
+    def link(self, fabric_bps: float, what: str) -> int:
+        """A scaled link rate in bit/s, refused if it no longer carries a frame per second."""
+        scaled = fabric_bps / self.rate_scale
+        if not MIN_LINK_BPS <= scaled < math.inf:
+            raise ScalingError(
+                f"{what} scales to {scaled:g} bit/s, under one {FRAME_BYTES}-byte frame "
+                f"per second ({MIN_LINK_BPS} bit/s); raise it or host_link_mbps"
+            )
+        return round(scaled)
 
     def size(self, fabric_bytes: float) -> int:
         """An emulated byte count for a fabric byte count."""

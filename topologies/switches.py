@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -131,14 +132,30 @@ class ForgiveSwitch(Switch):
         super().stop(deleteIntfs)
 
 
+UNIX_PATH_MAX = 107
+"""Bytes of a Unix socket's path (sun_path less its terminating NUL) on Linux."""
+
+
 class ModelSwitch(ForgiveSwitch):
     """The Python switch model, `forgive-switch`."""
 
     target = "model"
 
-    @property
-    def control_path(self) -> str:
-        return str(self.log_dir / f"{self.name}.model.sock")
+    def __init__(self, name: str, **params):
+        super().__init__(name, **params)
+        # The control socket sits beside the switch's log, unless the results folder is
+        # too deep for a Unix socket's path (107 bytes): then in a short private directory.
+        path = self.log_dir / f"{name}.model.sock"
+        self._socket_dir: str | None = None
+        if len(str(path).encode()) > UNIX_PATH_MAX:
+            self._socket_dir = tempfile.mkdtemp(prefix="forgive-")
+            path = Path(self._socket_dir) / f"{name}.sock"
+        self.control_path = str(path)
+
+    def stop(self, deleteIntfs: bool = True) -> None:
+        super().stop(deleteIntfs)
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "switch_model.cli", "--name", self.name]

@@ -7,9 +7,11 @@ that is how a receiver registers a flow before its first byte arrives.
 
 from __future__ import annotations
 
+import json
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
 from enum import IntEnum
+from typing import Any
 
 from host_agent.frames import ip_bytes
 
@@ -46,10 +48,13 @@ class TrainingConfig:
     steps: int = 20
     grad_bytes: int = 4 << 20
     """Gradient bytes per rank all-reduced on each step (split in len(ranks) ring chunks)."""
-    compute_s: float = 0.005
+    compute_s: float = field(default=0.005, metadata={"flag": "--compute-ms", "scale": 1e-3})
     """Length of each step's compute phase, which carries the TP and PP traffic."""
     tp_bytes: int = 256 << 10
-    """Bytes each rank exchanges with its tensor-parallel partner (rank ^ 1) per step; 0: none."""
+    """Bytes each rank sends to every other member of its tensor-parallel group per step; 0: none."""
+    tp_group: int = 2
+    """Ranks per tensor-parallel group (consecutive ranks; the last group may be smaller). The
+    group all-to-alls during the compute phase; at 2 that is an exchange with rank ^ 1."""
     pp_bytes: int = 128 << 10
     """Bytes each rank sends to the next pipeline stage (rank + 1) per step; 0: none."""
     detector: str = "static"
@@ -60,6 +65,43 @@ class TrainingConfig:
     burst_src: int = 0
     burst_dst: int = 1
     seed: int = 0
+
+    def to_json(self) -> str:
+        """The configuration as one JSON object: how the runner hands it to `forgive-train`."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainingConfig:
+        """Build and validate a configuration; ValueError names an unknown or bad field."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown training setting(s) {', '.join(unknown)}")
+        missing = sorted(k for k in ("ranks", "rank") if k not in values)
+        if missing:
+            raise ValueError(f"training settings lack {', '.join(missing)}")
+        ranks = values["ranks"]
+        if isinstance(ranks, str):
+            ranks = ranks.split(",")
+        if not isinstance(ranks, list | tuple) or not all(isinstance(r, str) for r in ranks):
+            raise ValueError("ranks must be a list of IPv4 addresses")
+        for f in fields(cls):
+            value = values.get(f.name)
+            if f.name != "ranks" and value is not None and not _fits(value, f.type):
+                raise ValueError(f"training setting {f.name} = {value!r} is not {f.type}")
+        cfg = cls(**{**values, "ranks": tuple(ranks)})
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainingConfig:
+        try:
+            values = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"training configuration is not JSON: {exc}") from None
+        if not isinstance(values, dict):
+            raise ValueError("training configuration must be a JSON object")
+        return cls.from_dict(values)
 
     def validate(self) -> None:
         n = len(self.ranks)
@@ -75,6 +117,8 @@ class TrainingConfig:
             raise ValueError(f"steps must lie in 1..{MAX_STEPS - 1}")
         if self.grad_bytes < n:
             raise ValueError("grad_bytes must give every ring chunk at least one byte")
+        if not 2 <= self.tp_group <= 1 << _INDEX_BITS:
+            raise ValueError(f"tp_group must lie in 2..{1 << _INDEX_BITS}, got {self.tp_group}")
         if self.compute_s < 0 or self.tp_bytes < 0 or self.pp_bytes < 0:
             raise ValueError("compute time and TP/PP sizes must be >= 0")
         if self.detector not in ("static", "accordion"):
@@ -86,6 +130,17 @@ class TrainingConfig:
                 raise ValueError("burst needs positive bytes and valid source/destination ranks")
             if self.burst_src == self.burst_dst:
                 raise ValueError("burst source and destination must differ")
+
+
+def _fits(value: Any, type_name: str) -> bool:
+    """Whether a JSON value suits a field annotated `type_name` (int, float, str, or None)."""
+    if isinstance(value, bool):
+        return False
+    if "float" in type_name:
+        return isinstance(value, int | float)
+    if "int" in type_name:
+        return isinstance(value, int)
+    return isinstance(value, str)
 
 
 def flow_id(step: int, kind: Kind, src: int, index: int) -> int:
@@ -124,6 +179,25 @@ def chunk_sizes(total: int, n: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(n)]
 
 
+def chunk_bounds(total: int, n: int) -> list[tuple[int, int]]:
+    """(offset, size) of each ring chunk within a rank's gradient buffer, by chunk index."""
+    out, offset = [], 0
+    for size in chunk_sizes(total, n):
+        out.append((offset, size))
+        offset += size
+    return out
+
+
+def ring_next(rank: int, n: int) -> int:
+    """The rank `rank` sends its ring all-reduce chunks to."""
+    return (rank + 1) % n
+
+
+def chunk_owner(chunk: int, n: int) -> int:
+    """The rank that holds `chunk` fully reduced after reduce-scatter and starts its all-gather."""
+    return (chunk - 1) % n
+
+
 def ring_chunk(rank: int, phase: int, n: int) -> int:
     """The chunk `rank` sends in ring `phase`: reduce-scatter for phase < n-1, then all-gather.
 
@@ -141,7 +215,7 @@ def gradient_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]
     """The ring all-reduce messages `src` sends on `step`, in phase order."""
     n = len(cfg.ranks)
     sizes = chunk_sizes(cfg.grad_bytes, n)
-    dst = (src + 1) % n
+    dst = ring_next(src, n)
     return [
         Message(
             flow_id(step, Kind.GRADIENT, src, j),
@@ -159,17 +233,20 @@ def compute_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
     """Tensor- and pipeline-parallel messages `src` sends during `step`'s compute phase."""
     n = len(cfg.ranks)
     out = []
-    partner = src ^ 1
-    if cfg.tp_bytes and partner < n:
-        out.append(
-            Message(
-                flow_id(step, Kind.TENSOR_PARALLEL, src, 0),
-                src,
-                partner,
-                cfg.tp_bytes,
-                Kind.TENSOR_PARALLEL,
-            )
-        )
+    group = cfg.tp_group
+    base = src - src % group
+    if cfg.tp_bytes:
+        for peer in range(base, min(base + group, n)):
+            if peer != src:
+                out.append(
+                    Message(
+                        flow_id(step, Kind.TENSOR_PARALLEL, src, (peer - src) % group - 1),
+                        src,
+                        peer,
+                        cfg.tp_bytes,
+                        Kind.TENSOR_PARALLEL,
+                    )
+                )
     if cfg.pp_bytes:
         nxt = (src + 1) % n
         out.append(

@@ -4,7 +4,7 @@ Bytes and `now` go in; bytes and deadlines come out. The raw-socket agent, the
 switch model's tests and any simulator drive these same objects.
 """
 
-from host_agent.core.dcqcn import DcqcnParams, DcqcnRate
+from host_agent.core.dcqcn import PROFILES, DcqcnParams, DcqcnRate, NicDcqcnRate, new_rate
 from host_agent.core.detector import AccordionDetector, CriticalRegimeDetector, StaticSchedule
 from host_agent.core.receiver import ForgiveReceiver, ReceiverPolicy
 from host_agent.core.sender import EXEMPT, OBEYING, ForgiveSender
@@ -12,12 +12,15 @@ from host_agent.core.sender import EXEMPT, OBEYING, ForgiveSender
 __all__ = [
     "EXEMPT",
     "OBEYING",
+    "PROFILES",
     "AccordionDetector",
     "CriticalRegimeDetector",
     "DcqcnParams",
     "DcqcnRate",
     "ForgiveReceiver",
     "ForgiveSender",
+    "NicDcqcnRate",
     "ReceiverPolicy",
     "StaticSchedule",
+    "new_rate",
 ]

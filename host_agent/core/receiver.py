@@ -7,7 +7,9 @@ arrival table; the comments name the table row or branch a line implements.
 
 from __future__ import annotations
 
+import heapq
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -41,7 +43,10 @@ class ReceiverPolicy:
     `vesting=False` makes the whole budget available at step start (the note's
     full-budget comparison); `exemption=False` keeps forgiveness but never lets a
     sender ignore congestion signals. `cnp_interval` is DCQCN's notification-point
-    interval: at most one CNP per flow per interval.
+    interval: at most one CNP per flow per interval. With `cnp_at_window_end` a mark
+    that arrives inside the interval is not lost: one CNP goes out when the interval
+    ends (`poll`), as the DCQCN paper's notification point does; without it such marks
+    send nothing, as a NIC's minimum time between CNPs does (docs/dcqcn.md).
     """
 
     p_low: float = 0.005
@@ -52,6 +57,7 @@ class ReceiverPolicy:
     exemption: bool = True
     cnp_interval: float = 50e-6
     keep_payload: bool = True
+    cnp_at_window_end: bool = True
 
     def __post_init__(self) -> None:
         for name in ("p_low", "p_high", "forgive_prob"):
@@ -102,6 +108,8 @@ class RxFlow:
     rcv_nxt: int = 0
     total: int | None = None
     scoreboard: RangeMap = field(default_factory=RangeMap)
+    forgiven: RangeMap = field(default_factory=RangeMap)
+    """Every range forgiven so far; the scoreboard drops them once rcv_nxt passes them."""
     buffer: bytearray | None = None
     complete: bool = False
     received_bytes: int = 0
@@ -110,6 +118,14 @@ class RxFlow:
     ce_marks: int = 0
     cnps_sent: int = 0
     last_cnp: float | None = None
+    cnp_pending: bool = False
+    """A mark arrived inside the CNP interval; its CNP is due at the interval's end."""
+    size_registered: bool = False
+    """`total` came from the receiving side, not from the first packet."""
+    held: dict[int, bytes] = field(default_factory=dict)
+    """Received bytes above `buffer`, by start offset, until the bytes below them settle."""
+    held_starts: list[int] = field(default_factory=list)
+    """Heap of the keys of `held`."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -130,7 +146,15 @@ class RxFlow:
 
 
 class ForgiveReceiver:
-    """Sans-IO receiver: `receive` takes FTH bytes and returns the FTH replies to send back."""
+    """Sans-IO receiver: `receive` takes FTH bytes and returns the FTH replies to send back;
+    `poll` returns the CNPs that fall due at the end of a notification interval.
+
+    Every packet it drops is counted once in `rejected`, by reason: "short" and
+    "bad_header" (fails `host_agent.wire.check_fields`), "out_of_range" (a DATA range
+    past the flow's length), "not_data" (control packets belong to the sender),
+    "unknown_flow", and "total_mismatch" (a DATA whose length field disagrees with
+    the flow's total).
+    """
 
     def __init__(self, policy: ReceiverPolicy | None = None) -> None:
         self.policy = policy or ReceiverPolicy()
@@ -138,7 +162,16 @@ class ForgiveReceiver:
         self._steps: dict[int, StepEntry] = {}
         self._flows: dict[int, RxFlow] = {}
         self._completed: list[int] = []
-        self.stats = {"malformed": 0, "unknown_flow": 0, "data": 0, "trimmed": 0, "duplicate": 0}
+        self._cnp_due: list[tuple[float, int]] = []
+        self._counts = {"data": 0, "trimmed": 0, "duplicate": 0}
+        self.rejected: Counter[str] = Counter()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Packet counters: every rejection but an unknown flow's counts as malformed."""
+        rejected = self.rejected
+        unknown = rejected["unknown_flow"]
+        return {"malformed": rejected.total() - unknown, "unknown_flow": unknown, **self._counts}
 
     # -- the host-local facts -------------------------------------------------
 
@@ -166,21 +199,32 @@ class ForgiveReceiver:
         step: int | None = None,
         gradient: bool = False,
         keep_payload: bool | None = None,
+        size: int | None = None,
     ) -> None:
         """StepOf and IsGradientAllReduce; exemption eligibility is fixed here, once.
 
         `keep_payload` overrides the policy's choice for this flow: a receiver that
-        only counts bytes need not store them.
+        only counts bytes need not store them. `size`, where the receiving side knows
+        it (the message it posted), is the flow's total: a packet that claims another
+        total is rejected. Without it the first packet's total is taken.
         """
         if flow_id in self._flows:
             raise ValueError(f"flow {flow_id} is already registered")
+        if size is not None and not (isinstance(size, int) and 0 < size < 2**32):
+            raise ValueError(f"flow size must be an integer in 1..2**32-1, got {size!r}")
         entry = self._steps.get(step) if step is not None else None
         eligible = (
             self.policy.exemption and gradient and entry is not None and entry.open and entry.p > 0
         )
         keep = self.policy.keep_payload if keep_payload is None else keep_payload
         self._flows[flow_id] = RxFlow(
-            flow_id, step, gradient, eligible, buffer=bytearray() if keep else None
+            flow_id,
+            step,
+            gradient,
+            eligible,
+            total=size,
+            size_registered=size is not None,
+            buffer=bytearray() if keep else None,
         )
 
     def forget_flow(self, flow_id: int) -> None:
@@ -206,61 +250,112 @@ class ForgiveReceiver:
         }
         return [(s, e, names[st]) for s, e, st in self._flows[flow_id].scoreboard]
 
+    def forgiven_ranges(self, flow_id: int) -> list[tuple[int, int]]:
+        """Every byte range of the flow forgiven so far, merged: the zero-filled bytes of its payload."""
+        return [(s, e) for s, e, _ in self._flows[flow_id].forgiven]
+
     def take_completed(self) -> list[int]:
         done, self._completed = self._completed, []
         return done
 
     def payload(self, flow_id: int) -> bytes:
-        """The flow's bytes as delivered; forgiven ranges read as zeros."""
+        """The flow's bytes as delivered, `total` of them; bytes forgiven or not (yet)
+        received read as zeros."""
         flow = self._flows[flow_id]
         if flow.buffer is None or flow.total is None:
             return b""
-        return bytes(flow.buffer) + bytes(flow.total - len(flow.buffer))
+        self._settle_buffer(flow)
+        out = bytearray(flow.buffer)
+        for start in sorted(flow.held):
+            out += bytes(start - len(out))
+            out += flow.held[start]
+        out += bytes(flow.total - len(out))
+        return bytes(out)
+
+    # -- the notification point's timer ---------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When `poll` next has a CNP to send, or None."""
+        due = self._cnp_due
+        while due:
+            flow = self._flows.get(due[0][1])
+            if flow is not None and flow.cnp_pending and not flow.complete:
+                return due[0][0]
+            heapq.heappop(due)
+        return None
+
+    def poll(self, now: float) -> list[bytes]:
+        """The CNPs whose interval has ended by `now`, for marks that arrived inside it.
+
+        A flow that completed or was forgotten meanwhile gets none: it has nothing
+        left to slow down."""
+        out: list[bytes] = []
+        due = self._cnp_due
+        while due and due[0][0] <= now:
+            _, flow_id = heapq.heappop(due)
+            flow = self._flows.get(flow_id)
+            if flow is None or not flow.cnp_pending:
+                continue
+            flow.cnp_pending = False
+            if flow.complete:
+                continue
+            flow.last_cnp = now
+            flow.cnps_sent += 1
+            out.append(FTH_STRUCT.pack(_VO_CNP, 0, 0, flow_id, 0, 0))
+        return out
 
     # -- the data path --------------------------------------------------------
 
     def receive(self, buf: bytes, ce: bool, now: float) -> list[bytes]:
         """One arriving FTH packet (DATA, possibly trimmed); returns ACK, NACK and CNP packets."""
         if len(buf) < FTH_LEN:
-            self.stats["malformed"] += 1
+            self.rejected["short"] += 1
             return []
         vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
         try:
             check_fields(vo >> 4, vo & 0x0F, flags, length, seq, aux, len(buf) - FTH_LEN)
-        except MalformedPacket:
-            self.stats["malformed"] += 1
+        except MalformedPacket as exc:
+            self.rejected[exc.reason] += 1
             return []
         if vo != _VO_DATA:
             # Receivers take DATA only; control for our own sends goes to the sender.
-            self.stats["malformed"] += 1
+            self.rejected["not_data"] += 1
             return []
+        counts = self._counts
         if flags & _TRIMMED:
             # Counted before the flow lookup: every trimmed header that reached this
             # host, including late ones for flows already finished and forgotten.
-            self.stats["trimmed"] += 1
+            counts["trimmed"] += 1
         flow = self._flows.get(flow_id)
         if flow is None:
-            self.stats["unknown_flow"] += 1
+            self.rejected["unknown_flow"] += 1
             return []
         if flow.total is None:
             flow.total = aux
         elif flow.total != aux:
-            self.stats["malformed"] += 1
+            # The range check above held against this packet's own total; against the
+            # flow's it may not, so nothing of it is used.
+            self.rejected["total_mismatch"] += 1
             return []
 
         replies: list[bytes] = []
         if ce:
             flow.ce_marks += 1
-            if flow.last_cnp is None or now - flow.last_cnp >= self.policy.cnp_interval:
+            last = flow.last_cnp
+            interval = self.policy.cnp_interval
+            if last is None or now - last >= interval:
                 flow.last_cnp = now
                 flow.cnps_sent += 1
                 replies.append(FTH_STRUCT.pack(_VO_CNP, 0, 0, flow_id, 0, 0))
+            elif self.policy.cnp_at_window_end and not flow.cnp_pending:
+                flow.cnp_pending = True
+                heapq.heappush(self._cnp_due, (last + interval, flow_id))
         end = seq + length
         if flags & _TRIMMED:
             flow.trims += 1
             replies.append(self._on_trimmed_header(flow, seq, end, ce))
         else:
-            self.stats["data"] += 1
+            counts["data"] += 1
             self._on_data(flow, seq, end, buf, ce, replies)
         if not flow.complete and flow.rcv_nxt >= flow.total:
             flow.complete = True
@@ -280,7 +375,7 @@ class ForgiveReceiver:
         elif end <= flow.rcv_nxt:
             # Everything here is settled already: Received -> Received, ACK; a Forgiven
             # range keeps its state and the payload is discarded with no credit back.
-            self.stats["duplicate"] += 1
+            self._counts["duplicate"] += 1
             fresh, newly, was_outstanding = [], 0, 0
         else:
             fresh, newly, was_outstanding = [], 0, 0
@@ -294,18 +389,20 @@ class ForgiveReceiver:
                 flow.scoreboard.assign(s, e, State.RECEIVED)
             flow.rcv_nxt = flow.scoreboard.pop_settled_prefix(flow.rcv_nxt)
             if not newly:
-                self.stats["duplicate"] += 1
+                self._counts["duplicate"] += 1
         if newly:
             flow.received_bytes += newly
             buffer = flow.buffer
             if buffer is not None:
-                # The buffer grows as data arrives (bytearray over-allocates, so this
-                # is amortised); unwritten bytes read as zeros, like forgiven ones.
-                if end > len(buffer):
-                    buffer.extend(bytes(end - len(buffer)))
                 for s, e in fresh:
                     off = FTH_LEN + s - seq
-                    buffer[s:e] = buf[off : off + e - s]
+                    if s == len(buffer):
+                        buffer += buf[off : off + e - s]
+                    else:
+                        flow.held[s] = bytes(buf[off : off + e - s])
+                        heapq.heappush(flow.held_starts, s)
+                if len(buffer) < flow.rcv_nxt:
+                    self._settle_buffer(flow)
             if entry is not None:
                 # `received` counts distinct bytes once; bytes beyond what the step said
                 # it would bring are kept out of vesting, so no sender can buy budget.
@@ -315,6 +412,26 @@ class ForgiveReceiver:
                 entry.excess += newly - credit
                 entry.outstanding -= was_outstanding
         replies.append(self._ack(flow, seq, end - seq, ce, entry))
+
+    @staticmethod
+    def _settle_buffer(flow: RxFlow) -> None:
+        """Grow the contiguous buffer up to rcv_nxt: held bytes move in, forgiven gaps
+        become zeros.
+
+        Memory follows the bytes settled, never the sequence numbers: the buffer
+        holds [0, rcv_nxt), everything received above it waits in `held`, so a packet
+        far out in a long flow costs its own payload and no more.
+        """
+        buffer, held, starts, upto = flow.buffer, flow.held, flow.held_starts, flow.rcv_nxt
+        assert buffer is not None
+        while len(buffer) < upto:
+            pos = len(buffer)
+            if starts and starts[0] == pos:
+                heapq.heappop(starts)
+                buffer += held.pop(pos)
+            else:
+                gap_end = min(starts[0], upto) if starts else upto
+                buffer += bytes(gap_end - pos)
 
     def _unsettled(self, flow: RxFlow, lo: int, hi: int) -> list[tuple[int, int, State | None]]:
         """Unsettled: the bytes of [lo, hi) at or above rcv_nxt neither Received nor Forgiven."""
@@ -376,6 +493,7 @@ class ForgiveReceiver:
         flow.forgiven_bytes += length
         for s, e, _ in missing:
             flow.scoreboard.assign(s, e, State.FORGIVEN)
+            flow.forgiven.assign(s, e, State.FORGIVEN)
         flow.rcv_nxt = flow.scoreboard.pop_settled_prefix(flow.rcv_nxt)
         return self._ack(flow, lo, hi - lo, ce, entry)
 

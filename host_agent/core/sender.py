@@ -7,13 +7,12 @@ from the note are `open_flow`, `_on_report`, `_on_cnp` and `_on_nack` here.
 from __future__ import annotations
 
 import heapq
-import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from host_agent.core.dcqcn import DcqcnParams, DcqcnRate
+from host_agent.core.dcqcn import DcqcnParams, DcqcnRate, NicDcqcnRate, new_rate
 from host_agent.core.scoreboard import AckedRanges
 from host_agent.wire import (
     FTH_LEN,
@@ -30,11 +29,16 @@ from host_agent.wire import (
 OBEYING = "obeying"
 EXEMPT = "exempt"
 _VO_DATA = (FTH_VERSION << 4) | Opcode.DATA
+_DATA, _ACK, _NACK = int(Opcode.DATA), int(Opcode.ACK), int(Opcode.NACK)
 _ZEROS = bytes(PACKET_BYTES)
 _ELIGIBLE = int(Flag.ELIGIBLE)
 _EXHAUSTED = int(Flag.EXHAUSTED)
+_ECE = int(Flag.ECE)
 _RETX = int(Flag.RETX)
 _LAST = int(Flag.LAST)
+MAX_TIMEOUTS = 15
+"""Consecutive timeouts without progress after which a flow fails: Linux's default
+for the same decision in TCP (net.ipv4.tcp_retries2 = 15)."""
 
 
 @dataclass
@@ -52,7 +56,7 @@ class TxFlow:
     flow_id: int
     size: int
     data: memoryview | None
-    rate: DcqcnRate
+    rate: DcqcnRate | NicDcqcnRate
     opened: float
     next_new: int = 0
     acked: AckedRanges = field(default_factory=AckedRanges)
@@ -76,6 +80,11 @@ class TxFlow:
     cnps_ignored: int = 0
     nacks: int = 0
     rtos: int = 0
+    timeouts_in_a_row: int = 0
+    """Timeouts since the last acknowledged byte; `max_timeouts` of them fail the flow."""
+    failed: bool = False
+    stopped: bool = False
+    """Done or failed: nothing more is sent and no timer runs."""
     mode_changes: int = 0
     exempt_since: float | None = None
     exempt_time: float = 0.0
@@ -95,6 +104,7 @@ class TxFlow:
             "sent_packets": self.sent_packets,
             "retransmitted_bytes": self.retransmitted_bytes,
             "done": self.done,
+            "failed": self.failed,
             "cnps": self.cnps,
             "cnps_ignored": self.cnps_ignored,
             "nacks": self.nacks,
@@ -114,22 +124,30 @@ class ForgiveSender:
 
     The NIC is paced at the line rate and each flow at its DCQCN rate; the
     retransmission timeout backs off exponentially per flow and resets on progress.
+    After `max_timeouts` timeouts in a row with no byte acknowledged, a flow fails:
+    it stops, `flow_state` says `failed`, and `take_failed` reports it once.
+
+    Every feedback packet it drops is counted once in `rejected`, by reason:
+    "short", "bad_header", "not_control" (a DATA packet), "unknown_flow",
+    "out_of_range" (a range past the flow's size) and "failed_flow".
     """
 
     def __init__(
         self,
         params: DcqcnParams,
-        seed: int = 0,
         *,
         rto: float = 1e-3,
         rto_max: float = 0.2,
+        max_timeouts: int = MAX_TIMEOUTS,
     ) -> None:
         if rto <= 0 or rto_max < rto:
             raise ValueError(f"need 0 < rto <= rto_max, got rto={rto}, rto_max={rto_max}")
+        if isinstance(max_timeouts, bool) or not isinstance(max_timeouts, int) or max_timeouts < 1:
+            raise ValueError(f"max_timeouts must be an integer >= 1, got {max_timeouts!r}")
         self.params = params
-        self.rng = random.Random(seed)
         self.rto = rto
         self.rto_max = rto_max
+        self.max_timeouts = max_timeouts
         self._flows: dict[int, TxFlow] = {}
         self._paths: dict[Hashable, PathTiming] = {}
         self._send_heap: list[tuple[float, int]] = []
@@ -137,7 +155,18 @@ class ForgiveSender:
         self._nic_free_at = 0.0
         self._bit_time = 8.0 / params.line_rate_bps
         self._completed: list[int] = []
-        self.stats = {"malformed": 0, "unknown_flow": 0}
+        self._failed: list[int] = []
+        self.rejected: Counter[str] = Counter()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Every rejection counts as malformed but an unknown or failed flow's."""
+        rejected = self.rejected
+        unknown = rejected["unknown_flow"]
+        return {
+            "malformed": rejected.total() - unknown - rejected["failed_flow"],
+            "unknown_flow": unknown,
+        }
 
     # -- flows ---------------------------------------------------------------
 
@@ -167,7 +196,7 @@ class ForgiveSender:
             flow_id,
             size_bytes,
             memoryview(data) if data is not None else None,
-            DcqcnRate(self.params, now),
+            new_rate(self.params, now),
             opened=now,
             path=path,
             rto=path.rto,
@@ -186,10 +215,15 @@ class ForgiveSender:
         done, self._completed = self._completed, []
         return done
 
+    def take_failed(self) -> list[int]:
+        """Flows that gave up since the last call, each reported once."""
+        failed, self._failed = self._failed, []
+        return failed
+
     # -- timing --------------------------------------------------------------
 
     def _schedule(self, flow: TxFlow, at: float) -> None:
-        if not flow.scheduled and not flow.done and flow.has_work():
+        if not flow.scheduled and not flow.stopped and flow.has_work():
             flow.scheduled = True
             flow.next_send_at = max(flow.next_send_at, at)
             heapq.heappush(self._send_heap, (flow.next_send_at, flow.flow_id))
@@ -208,7 +242,7 @@ class ForgiveSender:
         while self._rto_heap:
             t, fid = self._rto_heap[0]
             flow = self._flows.get(fid)
-            if flow is None or flow.done:
+            if flow is None or flow.stopped:
                 heapq.heappop(self._rto_heap)
                 continue
             best = t if best is None else min(best, t)
@@ -220,7 +254,7 @@ class ForgiveSender:
         while self._rto_heap and self._rto_heap[0][0] <= now:
             _, fid = heapq.heappop(self._rto_heap)
             flow = self._flows.get(fid)
-            if flow is not None and not flow.done:
+            if flow is not None and not flow.stopped:
                 flow.rto_armed = False
                 self._check_rto(flow, now)
         out: list[bytes] = []
@@ -303,67 +337,104 @@ class ForgiveSender:
             expired = True
         if expired:
             flow.rtos += 1
+            flow.timeouts_in_a_row += 1
+            if flow.timeouts_in_a_row >= self.max_timeouts:
+                self._fail(flow, now)
+                return
             flow.rto = min(flow.rto * 2, self.rto_max)
             self._schedule(flow, now)
         if order:
             flow.rto_armed = True
             heapq.heappush(self._rto_heap, (order[0][0] + flow.rto, flow.flow_id))
 
+    def _fail(self, flow: TxFlow, now: float) -> None:
+        """Give up: the receiver has acknowledged nothing through `max_timeouts` timeouts."""
+        flow.failed = flow.stopped = True
+        flow.finished = now
+        self._end_exemption_clock(flow, now)
+        flow.retx.clear()
+        flow.inflight.clear()
+        flow.sent_order.clear()
+        flow.scheduled = False
+        self._failed.append(flow.flow_id)
+
+    @staticmethod
+    def _end_exemption_clock(flow: TxFlow, now: float) -> None:
+        if flow.exempt_since is not None:
+            flow.exempt_time += now - flow.exempt_since
+            flow.exempt_since = None
+
     # -- feedback --------------------------------------------------------------
 
     def receive(self, buf: bytes, now: float) -> None:
         """An ACK, NACK or CNP for one of our flows. Anything else is counted and dropped."""
         if len(buf) < FTH_LEN:
-            self.stats["malformed"] += 1
+            self.rejected["short"] += 1
             return
         vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
         opcode = vo & 0x0F
         try:
             check_fields(vo >> 4, opcode, flags, length, seq, aux, len(buf) - FTH_LEN)
-        except MalformedPacket:
-            self.stats["malformed"] += 1
+        except MalformedPacket as exc:
+            self.rejected[exc.reason] += 1
+            return
+        if opcode == _DATA:
+            self.rejected["not_control"] += 1
             return
         flow = self._flows.get(flow_id)
         if flow is None:
-            self.stats["unknown_flow"] += 1
+            self.rejected["unknown_flow"] += 1
             return
-        if opcode == Opcode.ACK:
+        if flow.failed:
+            self.rejected["failed_flow"] += 1
+            return
+        if opcode == _ACK:
+            # rcv_nxt in seq, the selective range [aux, aux + length)
+            if seq > flow.size or aux + length > flow.size:
+                self.rejected["out_of_range"] += 1
+                return
             self._on_report(flow, flags, now)
             self._on_ack(flow, seq, aux, length, now)
-        elif opcode == Opcode.NACK:
+        elif opcode == _NACK:
+            # the requested range [seq, seq + length), rcv_nxt in aux
+            if aux > flow.size or seq + length > flow.size:
+                self.rejected["out_of_range"] += 1
+                return
             self._on_report(flow, flags, now)
             self._on_nack(flow, seq, length, aux, now)
-        elif opcode == Opcode.CNP:
-            self._on_cnp(flow, now)
         else:
-            self.stats["malformed"] += 1
+            self._on_cnp(flow, now)
 
     def _on_report(self, flow: TxFlow, flags: int, now: float) -> None:
-        """OnReport: the latest report wins; eligible and not exhausted means exempt."""
+        """OnReport: the latest report wins; eligible and not exhausted means exempt.
+
+        The ECN echo on the report that ends an exemption is then applied as a
+        congestion notification: the receiver's CNP for the same mark went out before
+        that report and found the flow still exempt, and the note keeps the echo so
+        the signal is still there once the flow obeys again. While a flow obeys
+        throughout, CNPs alone cut its rate, so no mark counts twice.
+        """
         mode = EXEMPT if flags & _ELIGIBLE and not flags & _EXHAUSTED else OBEYING
         if mode != flow.cc_mode:
             flow.mode_changes += 1
+            flow.cc_mode = mode
             if mode == EXEMPT:
                 flow.exempt_since = now
-            elif flow.exempt_since is not None:
-                flow.exempt_time += now - flow.exempt_since
-                flow.exempt_since = None
-            flow.cc_mode = mode
+            else:
+                self._end_exemption_clock(flow, now)
+                if flags & _ECE:
+                    flow.rate.reduce(now)
 
     def _settle(self, flow: TxFlow, lo: int, hi: int, now: float) -> None:
-        if hi > flow.size:
-            self.stats["malformed"] += 1
-            return
         fresh = flow.acked.add(lo, hi)
         if fresh:
             flow.acked_bytes += fresh
             flow.rto = flow.path.rto
+            flow.timeouts_in_a_row = 0
             if flow.acked.una >= flow.size and not flow.done:
-                flow.done = True
+                flow.done = flow.stopped = True
                 flow.finished = now
-                if flow.exempt_since is not None:
-                    flow.exempt_time += now - flow.exempt_since
-                    flow.exempt_since = None
+                self._end_exemption_clock(flow, now)
                 flow.inflight.clear()
                 flow.sent_order.clear()
                 flow.retx.clear()

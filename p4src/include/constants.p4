@@ -16,10 +16,14 @@ const bit<8> FTH_FLAG_TRIMMED = 0x01;
 const bit<2> ECN_NOT_ECT = 0;
 const bit<2> ECN_CE = 3;
 
-/* A trimmed packet keeps Ethernet (14), IPv4 (20), UDP (8) and FTH (16). */
+/* A trimmed packet keeps Ethernet (14), IPv4 (20), UDP (8) and FTH (16): the
+ * default trim size. A larger trim size keeps some payload too; the lengths of a
+ * trimmed packet are then its kept bytes less the headers in front of them. */
 const bit<32> TRIMMED_FRAME_BYTES = 58;
 const bit<16> TRIMMED_IPV4_TOTAL_LEN = 44;
 const bit<16> TRIMMED_UDP_LEN = 24;
+const bit<32> ETH_HEADER_BYTES = 14;
+const bit<32> IPV4_HEADER_BYTES = 20;
 
 /* Strict priority on BMv2 (simple_switch --priority-queues 2): the queueing
  * logic serves the highest priority value first, so 1 is the high queue. */

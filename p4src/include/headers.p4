@@ -66,11 +66,20 @@ struct metadata_t {
     /* Bytes this packet added to its egress port's low-queue occupancy;
      * egress takes exactly this much off again. 0 when not in the low queue. */
     bit<32> admitted_bytes;
+    /* The same for the high queue (transport control and trimmed headers). */
+    bit<32> admitted_high_bytes;
     /* Per-port thresholds, valid when port_thresholds hit. */
     bit<32> data_queue_bytes;
     bit<32> ecn_kmin;
     bit<32> ecn_kmax;
     bit<32> ecn_pmax;
+    /* Trimming (docs/dataplane.md, "Trimming"): the switch-wide size and queue,
+     * set before switch_trimming applies; whether a table disabled the trim;
+     * the trim queue's byte limit, valid when trim_queue_limit hit. */
+    bit<32> trim_size;
+    bit<3>  trim_queue;
+    bit<1>  trim_disabled;
+    bit<32> trim_queue_bytes;
 }
 
 #endif

@@ -1,0 +1,120 @@
+"""What a host endpoint tells the application: one frozen dataclass per kind of event.
+
+`Endpoint.next_event()` returns these, in the order they happened; the local
+API turns them into JSON lines, the training rank reacts to them directly.
+`record()` is the JSON form, shared by the statistics log and the local API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SendDone:
+    """Every byte of a flow this host sent was acknowledged (delivered or forgiven)."""
+
+    flow: int
+    step: int | None
+    dst: str
+    bytes: int
+    duration: float
+    """From `send` to the last ACK."""
+    acked_bytes: int
+    sent_bytes: int
+    sent_packets: int
+    retransmitted_bytes: int
+    cc_mode: str
+    rate_bps: float
+    cnps: int
+    cnps_ignored: int
+    nacks: int
+    rtos: int
+    rate_cuts: int
+    mode_changes: int
+    exempt_time: float
+
+    kind = "send_done"
+
+
+@dataclass(frozen=True, slots=True)
+class RecvDone:
+    """A registered flow is settled: every byte received or forgiven."""
+
+    flow: int
+    step: int
+    traffic_class: str
+    duration: float
+    """From the flow's first packet to its last."""
+    total: int
+    received_bytes: int
+    forgiven_bytes: int
+    trims: int
+    ce_marks: int
+    cnps_sent: int
+    exemption_eligible: bool
+    forgiven_ranges: tuple[tuple[int, int], ...] = ()
+    """The byte ranges forgiven (zero-filled in `payload`), for the run's loss record."""
+    payload: bytes | None = None
+    """The flow's bytes, forgiven ranges zero-filled, when it was registered to deliver."""
+
+    kind = "recv_done"
+
+
+@dataclass(frozen=True, slots=True)
+class Shed:
+    """A gradient message a shedding policy dropped before it was sent (both ends agree)."""
+
+    flow: int
+    step: int
+    bytes: int | None
+    sending: bool
+    """True at the sender (the message never left), False at the receiver (it never comes)."""
+
+    @property
+    def kind(self) -> str:
+        return "send_done" if self.sending else "recv_done"
+
+
+@dataclass(frozen=True, slots=True)
+class FlowFailed:
+    """A flow this host sent gave up after too many consecutive retransmission timeouts."""
+
+    flow: int
+    step: int | None
+    dst: str
+    bytes: int
+    acked_bytes: int
+    rtos: int
+    reason: str
+
+    kind = "flow_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class BoundViolation:
+    """The host's own recheck of a step's accounting failed; reported, never corrected."""
+
+    step: int
+    where: str
+    problem: str
+
+    kind = "bound_violation"
+
+
+Event = SendDone | RecvDone | Shed | FlowFailed | BoundViolation
+
+
+def record(event: Event) -> dict[str, Any]:
+    """The event as the JSON object the local API sends (without the payload bytes)."""
+    out: dict[str, Any] = {"event": event.kind}
+    for f in fields(event):
+        if f.name not in _NOT_RECORDED:
+            out[f.name] = getattr(event, f.name)
+    if isinstance(event, Shed):
+        out["shed"] = True
+    return out
+
+
+_NOT_RECORDED = frozenset(("payload", "sending"))

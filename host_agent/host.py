@@ -1,0 +1,189 @@
+"""One emulated host, sans-IO: the endpoint inside its Ethernet, IPv4 and UDP framing.
+
+`Host` takes whole Ethernet frames in (`receive_frame`) and gives whole
+frames out (`frames_to_send`, each as the scatter-gather parts of one frame),
+so every engine that moves frames can drive it: the raw-socket agent, an
+in-memory fabric in virtual time, a test. It adds what the endpoint leaves to
+the link: next hops (static, a gateway or ARP, `host_agent.neighbors`), the
+DSCP and ECN bits per traffic class, and the UDP source port as path entropy.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from host_agent.endpoint import Endpoint, EndpointConfig
+from host_agent.events import Event
+from host_agent.frames import (
+    UDP_LEN,
+    UDP_STRUCT,
+    FrameBuilder,
+    MalformedFrame,
+    ip_bytes,
+    mac_bytes,
+    parse,
+)
+from host_agent.neighbors import Held, Neighbors
+from host_agent.stats import StatsLog
+from host_agent.wire import ECN_ECT0, ECN_NOT_ECT, FORGIVE_UDP_PORT, Dscp
+
+Frame = tuple[bytes, ...]
+"""One frame as the parts a scatter-gather send joins (headers, then the FTH packet)."""
+
+_SPORT_BASE = 0xC000
+_CONTROL = int(Dscp.CONTROL)
+PREFIX_CACHE = 4096
+"""Header prefixes kept; a flow's last, shorter packet adds one, so the cache is bounded."""
+MALFORMED_NOTICES = 10
+"""Malformed frames described on the warning channel; later ones are only counted."""
+
+
+@dataclass
+class HostConfig:
+    ip: str | None = None
+    """This host's IPv4 address; None lets the driver take the interface's."""
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    spray: bool = True
+    """Per-packet UDP source ports (path entropy); False keeps one per flow."""
+    neighbors: dict[str, str] = field(default_factory=dict)
+    """Static IPv4 -> MAC entries; others resolve through ARP unless a gateway is set."""
+    gateway_mac: str | None = None
+    """Next hop for every destination without a static entry (a switch port)."""
+
+    def validate(self) -> None:
+        """Raise ValueError on the first bad setting, before any socket is opened."""
+        if self.ip is not None:
+            ip_bytes(self.ip)
+        for ip, mac in self.neighbors.items():
+            ip_bytes(ip)
+            mac_bytes(mac)
+        if self.gateway_mac is not None:
+            mac_bytes(self.gateway_mac)
+        self.endpoint.validate()
+
+
+class Host:
+    def __init__(
+        self,
+        config: HostConfig,
+        mac: bytes,
+        ip: str,
+        log: StatsLog | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        config.validate()
+        self.config = config
+        self.endpoint = Endpoint(config.endpoint, log, warn)
+        self._warn = self.endpoint.warn
+        self.counters = self.endpoint.counters
+        self.mac = mac
+        self.ip = ip_bytes(ip)
+        self.builder = FrameBuilder(mac, self.ip)
+        self._frames: list[Frame] = []
+        self.neighbors = Neighbors(
+            mac,
+            self.ip,
+            lambda frame: self._frames.append((frame,)),
+            self._release,
+            {ip_bytes(k): mac_bytes(v) for k, v in config.neighbors.items()},
+            mac_bytes(config.gateway_mac) if config.gateway_mac else None,
+        )
+        self._source_macs: dict[bytes, bytes] = {}
+        """The MAC each peer's frames last came from: the next hop of last resort for replies."""
+        self._prefixes: dict[tuple[bytes, int, int], bytes] = {}
+        """(peer, DSCP, FTH length) -> Ethernet + IPv4 headers, for peers with a known next hop."""
+        self._sport_rng = random.Random(config.endpoint.seed ^ int.from_bytes(self.ip, "big"))
+
+    # ----- frames in and out ---------------------------------------------------------
+
+    def receive_frame(self, frame: bytes, now: float) -> None:
+        try:
+            arrival = parse(frame)
+        except MalformedFrame as exc:
+            self.counters["malformed_frames"] += 1
+            self._note_malformed(exc)
+            return
+        if arrival is None:
+            if self.neighbors.on_arp(frame):
+                self._prefixes.clear()  # a next hop may have changed
+            else:
+                self.counters["ignored_frames"] += 1
+            return
+        if arrival.dst_ip != self.ip:
+            self.counters["not_for_us"] += 1
+            return
+        self._source_macs[arrival.src_ip] = arrival.src_mac
+        self.endpoint.receive(arrival.fth, arrival.src_ip, arrival.ce, now, arrival.dscp)
+
+    def frames_to_send(self, now: float, data: bool = True) -> list[Frame]:
+        """Every frame due by `now`: ARP, replies, then DATA (held back for unresolved peers).
+
+        `data=False` leaves the sender alone and returns only what is made
+        already: a driver still reading a backlog of ACKs sends its replies
+        without letting the sender's timers run before every ACK is read.
+        """
+        frames, self._frames = self._frames, []
+        prefixes = self._prefixes
+        if len(prefixes) > PREFIX_CACHE:
+            prefixes.clear()
+        spray = self.config.spray
+        getrandbits = self._sport_rng.getrandbits
+        udp = UDP_STRUCT.pack
+        for peer, dscp, flow_id, pkt in self.endpoint.datagrams_to_send(now, data):
+            size = len(pkt)
+            if dscp == _CONTROL:
+                sport = _SPORT_BASE
+            else:
+                sport = _SPORT_BASE | (getrandbits(14) if spray else _flow_port(flow_id))
+            key = (peer, dscp, size)
+            prefix = prefixes.get(key)
+            if prefix is None:
+                mac = self._next_hop(peer, dscp, now)
+                if mac is None:
+                    self.neighbors.hold(peer, (dscp, sport, pkt))
+                    continue
+                ecn = ECN_NOT_ECT if dscp == _CONTROL else ECN_ECT0
+                prefix = prefixes[key] = self.builder.ip_prefix(mac, peer, dscp << 2 | ecn, size)
+            frames.append((prefix, udp(sport, FORGIVE_UDP_PORT, UDP_LEN + size, 0), pkt))
+        if self._frames:  # ARP requests made while resolving
+            frames += self._frames
+            self._frames = []
+        return frames
+
+    def get_timer(self) -> float | None:
+        return self.endpoint.get_timer()
+
+    def handle_timer(self, now: float) -> None:
+        self.endpoint.handle_timer(now)
+
+    def next_event(self) -> Event | None:
+        return self.endpoint.next_event()
+
+    # ----- next hops --------------------------------------------------------------------
+
+    def _next_hop(self, peer: bytes, dscp: int, now: float) -> bytes | None:
+        """DATA asks ARP for an unknown peer; a reply falls back to the MAC its DATA came from.
+
+        That MAC is a fallback only: behind a switch it names the port the
+        sender addressed, not necessarily the one facing this host.
+        """
+        if dscp == _CONTROL:
+            return self.neighbors.known(peer) or self._source_macs.get(peer)
+        return self.neighbors.resolve(peer, now)
+
+    def _release(self, ip: bytes, mac: bytes, packets: list[Held]) -> None:
+        for dscp, sport, pkt in packets:
+            headers = self.builder.headers(mac, ip, dscp, ECN_ECT0, sport, len(pkt))
+            self._frames.append((headers, pkt))
+
+    def _note_malformed(self, exc: Exception) -> None:
+        if self.counters["malformed_logged"] < MALFORMED_NOTICES:
+            self.counters["malformed_logged"] += 1
+            self._warn(f"dropped a malformed packet: {exc}")
+
+
+def _flow_port(flow_id: int) -> int:
+    """A flow's fixed source port without spraying: its id, spread by Knuth's multiplier."""
+    return ((flow_id * 2654435761) >> 7) & 0x3FFF

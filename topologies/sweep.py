@@ -1,0 +1,69 @@
+"""Independent runs one after another, in worker processes, or on a Dask cluster: same results.
+
+Each run is a pure function of its configuration (the simulator is
+deterministic), so where it runs changes nothing but the wall time: the
+results come back in the order of the configurations whichever way they ran.
+Workers write each run's records into its folder under `out`, which must
+therefore be a path every worker can reach (any path for `--workers`, a
+shared file system for a remote Dask cluster).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from topologies.results import RunResult
+from topologies.runner import RunConfig, RunError, run_once
+
+
+def run_one(config: RunConfig, out_dir: Path, label: str, tty: bool | None = None) -> RunResult:
+    """One run on the configuration's engine."""
+    if config.engine == "sim":
+        from topologies.simulated import run_simulated
+
+        return run_simulated(config, out_dir, label, tty=tty)
+    return run_once(config, out_dir, label)
+
+
+def run_all(
+    configs: Sequence[RunConfig], out: Path, *, workers: int = 1, dask: str | None = None
+) -> list[RunResult]:
+    """Every configuration's result, in order; RunError names the first run that failed."""
+    labels = [f"[{i}/{len(configs)}] {c.policy} seed {c.seed}" for i, c in enumerate(configs, 1)]
+    dirs = [out / f"{c.policy}-seed{c.seed}" for c in configs]
+    if dask:
+        return _on_dask(dask, configs, dirs, labels)
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            # Progress lines from several processes would overwrite each other in place.
+            futures = [
+                pool.submit(run_one, c, d, label, False)
+                for c, d, label in zip(configs, dirs, labels, strict=True)
+            ]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+    return [run_one(c, d, label) for c, d, label in zip(configs, dirs, labels, strict=True)]
+
+
+def _on_dask(address: str, configs, dirs, labels) -> list[RunResult]:
+    from distributed import Client, as_completed
+
+    try:
+        client = Client(address, timeout="10s")
+    except OSError as err:
+        raise RunError(f"--dask {address}: cannot reach the scheduler: {err}") from None
+    with client:
+        futures = client.map(run_one, configs, dirs, labels, [False] * len(configs), pure=False)
+        label_of = {f.key: label for f, label in zip(futures, labels, strict=True)}
+        for future in as_completed(futures):
+            if future.status == "error":
+                raise future.exception()
+            print(f"{label_of[future.key]}: done on the cluster", file=sys.stderr)
+        return client.gather(futures)

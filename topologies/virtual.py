@@ -1,0 +1,427 @@
+"""A whole fabric in virtual time on SimPy: the same hosts, ranks and switch pipelines, no sockets.
+
+This is the project's one virtual-time engine (`forgive run --engine sim`,
+the tests without root, the simulator benchmark). Every host is the sans-IO
+`host_agent.host.Host` the raw-socket agent drives, with the applications on
+it (a `workload.rank.Rank`, as `forgive-train` runs it); every switch is the
+switch model's own `Pipeline` and `EgressPort`s, with the table entries the
+controller would write to a real one (`controller.fabric_control.switch_entries`
+applied through `switch_model.tables.TableStore`). The engine only moves
+frames along links, with serialisation at each sender's line rate and a
+propagation delay, and advances SimPy's clock to the next thing due:
+
+- a host sends what `frames_to_send` returns, one frame after another on its
+  NIC, and is woken at `get_timer` (its own or an application's, whichever
+  is first);
+- a frame reaching a switch runs the pipeline at once; a port whose queue is
+  not empty departs its head frame at `next_departure`, and the frame arrives
+  at the far end of the link one serialisation time and one delay later.
+
+Nothing here decides anything about a packet. All randomness is seeded
+(each switch's marking draw, each host's ports and the protocol's draws), and
+SimPy breaks ties between simultaneous events in the order they were
+scheduled, so one seed gives the same run, byte for byte.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, replace
+from typing import IO
+
+import simpy
+from simpy.events import Timeout
+
+from controller.p4info import P4InfoIndex, load_p4info
+from controller.topology import Fabric, switch_port_mac
+from controller.topology import parse as parse_description
+from host_agent.host import Host, HostConfig
+from host_agent.stats import StatsLog
+from switch_model.counters import CounterArrays
+from switch_model.pipeline import Pipeline
+from switch_model.port import EgressPort
+from switch_model.surface import load_pipeline
+from switch_model.tables import Forwarding, TableStore
+from topologies.scaling import FRAME_BYTES
+from workload.plan import TrainingConfig
+from workload.rank import Rank
+
+
+class SimulationError(RuntimeError):
+    """A simulated run that cannot be built or did not end; the message is one line."""
+
+
+@dataclass(frozen=True)
+class HostPort:
+    """Where a host plugs into the fabric."""
+
+    name: str
+    ip: str
+    mac: bytes
+    switch: str
+    port: int
+
+
+def _mac_text(mac: int) -> str:
+    return ":".join(f"{b:02x}" for b in mac.to_bytes(6, "big"))
+
+
+def _ip_text(ip: int) -> str:
+    return ".".join(str(b) for b in ip.to_bytes(4, "big"))
+
+
+def host_ports(fabric: Fabric) -> list[HostPort]:
+    """Every host of the description with the switch port it is linked to, in host order."""
+    attached = {
+        peer: (switch, port)
+        for switch, ports in fabric.neighbors.items()
+        for port, peer in ports.items()
+        if peer in fabric.hosts
+    }
+    out = []
+    for name, (ip, mac) in fabric.hosts.items():
+        if name not in attached:
+            raise SimulationError(f"host {name} is on no link")
+        switch, port = attached[name]
+        out.append(HostPort(name, _ip_text(ip), mac.to_bytes(6, "big"), switch, port))
+    return out
+
+
+def forwarding(fabric: Fabric, switch: str, p4info) -> Forwarding:
+    """The lookup snapshot of `switch` after the controller's entries and default entries, as
+    P4Runtime writes them."""
+    from p4.v1 import p4runtime_pb2
+
+    from controller.fabric_control import switch_defaults, switch_entries
+
+    index = P4InfoIndex(p4info)
+    store = TableStore(load_pipeline(p4info))
+    _Update = p4runtime_pb2.Update
+    for kind, entries in (
+        (_Update.INSERT, switch_entries(fabric, index, switch)),
+        (_Update.MODIFY, switch_defaults(fabric, index, switch)),
+    ):
+        for entry in entries:
+            update = _Update(type=kind)
+            update.entity.table_entry.CopyFrom(entry)
+            store.apply(update)
+    return store.compile()
+
+
+class VirtualFabric:
+    """Hosts and switches of one fabric description, driven in SimPy's virtual time.
+
+    `host` is every host's configuration; its endpoint's `line_rate_bps` is the
+    NIC rate (each host's own address and gateway are filled in here). Switch
+    ports take their rate and queue sizes from the description, as the
+    controller shapes them; `delay_s` is every link's propagation delay.
+    """
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        host: HostConfig,
+        *,
+        delay_s: float,
+        seed: int = 0,
+        p4info_path=None,
+        logs: list[IO[str]] | None = None,
+    ) -> None:
+        from controller import P4INFO
+
+        self.env = simpy.Environment()
+        self.fabric = fabric
+        self.delay_s = delay_s
+        self.warnings: list[str] = []
+        self.frames_moved = 0
+        """Frames that crossed a link (host to switch, switch to switch or host)."""
+        self.attachments = host_ports(fabric)
+        self._host_of: dict[str, int] = {h.name: i for i, h in enumerate(self.attachments)}
+        self.logs = logs if logs is not None else [io.StringIO() for _ in self.attachments]
+        """Each host's statistics (JSON lines), in host order."""
+        self.hosts: list[Host] = []
+        for i, where in enumerate(self.attachments):
+            config = replace(
+                host,
+                ip=where.ip,
+                gateway_mac=_mac_text(switch_port_mac(where.switch, where.port)),
+            )
+            log = StatsLog(self.logs[i], where.ip)
+            self.hosts.append(Host(config, where.mac, where.ip, log, warn=self.warnings.append))
+        self.apps: list[list] = [[] for _ in self.attachments]
+        self._host_bit = [8.0 / h.config.endpoint.line_rate_bps for h in self.hosts]
+        self._host_free = [0.0] * len(self.hosts)
+        self._wake: list[Timeout | None] = [None] * len(self.hosts)
+        self._wake_at: list[float | None] = [None] * len(self.hosts)
+        self.counters: dict[str, CounterArrays] = {}
+        self.pipelines: dict[str, Pipeline] = {}
+        self._ingress: dict[str, Callable] = {}
+        self._busy: dict[str, set[int]] = {}
+        """Per switch, the ports with a departure scheduled."""
+        switches = sorted(fabric.switches)
+        p4info = load_p4info(p4info_path or P4INFO)
+        for number, name in enumerate(switches):
+            ports = {}
+            for port in sorted(fabric.neighbors[name]):
+                spec = fabric.ports[name, port]
+                if spec.rate_bps is None:
+                    raise SimulationError(f"{name}:{port} has no rate: every link needs rate_bps")
+                ports[port] = EgressPort(
+                    port,
+                    rate_bps=spec.rate_bps,
+                    **{
+                        k: v
+                        for k, v in (
+                            ("low_capacity", spec.low_queue_bytes),
+                            ("high_capacity", spec.high_queue_bytes),
+                        )
+                        if v is not None
+                    },
+                )
+            self.counters[name] = CounterArrays(max(ports, default=0) + 1)
+            pipeline = Pipeline(ports, self.counters[name], seed=seed * len(switches) + number)
+            pipeline.forwarding = forwarding(fabric, name, p4info)
+            self.pipelines[name] = pipeline
+        for name in switches:
+            self._ingress[name] = self._make_ingress(name)
+        self._stop: simpy.Event | None = None
+        self._until: Callable[[], bool] = lambda: False
+
+    # ----- switches -----------------------------------------------------------------------
+
+    def _make_ingress(self, name: str) -> Callable:
+        """The callback of a frame arriving at switch `name`: the pipeline, then the port."""
+        env = self.env
+        pipeline = self.pipelines[name]
+        process = pipeline.process
+        busy = self._busy[name] = set()
+        departs = {
+            number: self._make_departure(name, number, port)
+            for number, port in pipeline.ports.items()
+        }
+
+        def arrive(event: Timeout) -> None:
+            port = process(event._value, env._now)
+            if port is not None and port.number not in busy:
+                # An idle port starts on the frame at once, as a wire does.
+                busy.add(port.number)
+                departs[port.number](None)
+
+        return arrive
+
+    def _make_departure(self, name: str, number: int, port: EgressPort) -> Callable:
+        """The callback of port `number` of `name` sending its head frame down its link."""
+        env = self.env
+        pipeline = self.pipelines[name]
+        busy = self._busy[name]
+        bit = 8.0 / port.rate_bps
+        delay = self.delay_s
+        peer = self.fabric.neighbors[name][number]
+        if peer in self._host_of:
+            i = self._host_of[peer]
+
+            def deliver(ev: Timeout) -> None:
+                self._host_arrival(i, ev._value)
+        else:
+            deliver = None  # the peer switch's ingress, made after this one
+
+        def depart(event: Timeout | None) -> None:
+            now = env._now
+            popped = port.dequeue(now)
+            if popped is not None:
+                frame, received = popped
+                pipeline.egress(number, received)
+                self.frames_moved += 1
+                Timeout(env, len(frame) * bit + delay, frame).callbacks.append(
+                    deliver or self._ingress[peer]
+                )
+            at = port.next_departure()
+            if at is None:
+                busy.discard(number)
+                return
+            Timeout(env, at - now if at > now else 0.0).callbacks.append(depart)
+
+        return depart
+
+    # ----- hosts ----------------------------------------------------------------------------
+
+    def _host_arrival(self, i: int, frame: bytearray) -> None:
+        self.hosts[i].receive_frame(frame, self.env._now)
+        self._flush(i)
+
+    def _host_timer(self, event: Timeout) -> None:
+        i = event._value
+        if self._wake[i] is not event:
+            return  # superseded by an earlier wake-up
+        self._wake[i] = self._wake_at[i] = None
+        now = self.env._now
+        self.hosts[i].handle_timer(now)
+        for app in self.apps[i]:
+            app_timer = app.get_timer()
+            if app_timer is not None and app_timer <= now:
+                app.handle_timer(now)
+        self._flush(i)
+
+    def _flush(self, i: int) -> None:
+        """Host `i` sends what is due and hands its events to its applications until quiet,
+        then sleeps until the earliest timer of the host and its applications."""
+        env = self.env
+        now = env._now
+        host = self.hosts[i]
+        apps = self.apps[i]
+        bit = self._host_bit[i]
+        delay = self.delay_s
+        ingress = self._ingress[self.attachments[i].switch]
+        while True:
+            frames = host.frames_to_send(now)
+            if frames:
+                free = self._host_free[i]
+                for parts in frames:
+                    frame = bytearray().join(parts)
+                    free = (free if free > now else now) + len(frame) * bit
+                    Timeout(env, free + delay - now, frame).callbacks.append(ingress)
+                self._host_free[i] = free
+                self.frames_moved += len(frames)
+            event = host.next_event()
+            if event is None:
+                break
+            while event is not None:
+                for app in apps:
+                    app.handle_event(event, now)
+                event = host.next_event()
+        due = host.get_timer()
+        for app in apps:
+            t = app.get_timer()
+            if t is not None and (due is None or t < due):
+                due = t
+        if due is not None and (self._wake_at[i] is None or due < self._wake_at[i]):
+            self._wake_at[i] = due
+            wake = self._wake[i] = Timeout(env, due - now if due > now else 0.0, i)
+            wake.callbacks.append(self._host_timer)
+        if self._stop is not None and self._until():
+            self._stop.succeed()
+            self._stop = None
+
+    # ----- running ----------------------------------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        return self.env.now
+
+    @property
+    def events(self) -> int:
+        """SimPy events scheduled so far (its own event counter)."""
+        return next(self.env._eid) - 1
+
+    def start(self) -> None:
+        """Let every host send what it has and arm its first timer (after its apps started)."""
+        for i in range(len(self.hosts)):
+            self._flush(i)
+
+    def run(self, until: Callable[[], bool], limit_s: float = 600.0) -> None:
+        """Advance virtual time until `until()` holds (checked after each host's activity);
+        SimulationError if the fabric goes idle first or `limit_s` of virtual time pass."""
+        if until():
+            return
+        self._until = until
+        stop = self._stop = self.env.event()
+        limit = self.env.timeout(limit_s - self.env.now)
+        try:
+            self.env.run(until=stop | limit)
+        except RuntimeError as err:
+            if "No scheduled events" not in str(err):
+                raise
+            raise SimulationError(
+                f"the fabric went idle at {self.env.now:.6f} s before the run ended"
+            ) from None
+        if not stop.triggered:
+            self._stop = None
+            if not self.env._queue:
+                raise SimulationError(f"the fabric went idle before {limit_s} s of virtual time")
+            raise SimulationError(f"the run did not end within {limit_s} s of virtual time")
+
+    def switch_totals(self) -> dict[str, dict[str, int]]:
+        """Per switch, its counters summed over its ports (as the runner reads real ones)."""
+        return {name: c.totals() for name, c in self.counters.items()}
+
+
+def sim_endpoints(switches) -> dict[str, dict]:
+    """Control endpoints for a description the simulator alone reads: it installs the entries
+    itself, so nothing ever connects to these."""
+    return {
+        name: {"target": "model", "grpc": f"sim:{i + 1}", "device_id": i + 1, "control": name}
+        for i, name in enumerate(switches)
+    }
+
+
+def star(
+    hosts: int = 4,
+    port_rate_bps: int = 5_000_000_000,
+    data_queue_bytes: int = 4 * FRAME_BYTES,
+    ecn_kmin: int = FRAME_BYTES,
+    ecn_kmax: int = 4 * FRAME_BYTES,
+    ecn_pmax: int = 1 << 14,
+) -> Fabric:
+    """Hosts on one switch whose ports may be slower than the hosts' NICs, so queues build."""
+    names = [f"h{i + 1}" for i in range(hosts)]
+    return parse_description(
+        {
+            "switches": sim_endpoints(["s1"]),
+            "hosts": {
+                name: {"ip": f"10.0.0.{i + 1}", "mac": f"02:00:00:00:00:{i + 1:02x}"}
+                for i, name in enumerate(names)
+            },
+            "links": [
+                {"a": name, "b": f"s1:{i + 1}", "rate_bps": port_rate_bps}
+                for i, name in enumerate(names)
+            ],
+            "thresholds": {
+                "data_queue_bytes": data_queue_bytes,
+                "ecn_kmin": ecn_kmin,
+                "ecn_kmax": ecn_kmax,
+                "ecn_pmax": ecn_pmax,
+            },
+        }
+    )
+
+
+def train(
+    cfg: TrainingConfig,
+    fabric: Fabric,
+    host: HostConfig,
+    *,
+    delay_s: float = 2e-6,
+    limit_s: float = 600.0,
+    placement: list[int] | None = None,
+    logs: list[IO[str]] | None = None,
+    outs: list[IO[str]] | None = None,
+    watch: Callable[[VirtualFabric, list[Rank]], Generator] | None = None,
+) -> tuple[VirtualFabric, list[Rank], list[IO[str]]]:
+    """Run one training job on the fabric; rank r on host `placement[r]` (default: host r).
+
+    Each host's statistics go to `logs` (in host order) and each rank's records to `outs`
+    (in rank order), in memory unless given; `watch(sim, ranks)`, if given, runs beside them
+    as a SimPy process (to sample counters). Returns the fabric, the ranks and `outs`."""
+    where = host_ports(fabric)
+    order = list(range(len(where))) if placement is None else placement
+    ranks_cfg = replace(cfg, ranks=tuple(where[i].ip for i in order))
+    ranks_cfg.validate()
+    endpoint = replace(host.endpoint, seed=cfg.seed)
+    sim = VirtualFabric(
+        fabric, replace(host, endpoint=endpoint), delay_s=delay_s, seed=cfg.seed, logs=logs
+    )
+    if outs is None:
+        outs = [io.StringIO() for _ in order]
+    ranks = []
+    for r, i in enumerate(order):
+        rank = Rank(replace(ranks_cfg, rank=r), sim.hosts[i].endpoint, outs[r], sim.warnings.append)
+        sim.apps[i].append(rank)
+        ranks.append(rank)
+    for rank in ranks:
+        rank.start(sim.now)
+    sim.start()
+    if watch is not None:
+        sim.env.process(watch(sim, ranks))
+    sim.run(lambda: all(r.finished for r in ranks), limit_s)
+    return sim, ranks, outs

@@ -1,0 +1,383 @@
+"""One rank of the emulated data-parallel job as a state machine over its host's events.
+
+Per step: a compute phase that carries tensor- and pipeline-parallel traffic
+(never forgivable) and lasts at least `compute_s` (a timer), a ring
+all-reduce of the gradient (reduce-scatter, then all-gather) in which a rank
+forwards a chunk only once the chunk it depends on is settled, by arrival or
+forgiveness, then a barrier among all ranks. The detector classifies step s+1
+before the barrier of step s is sent, so each step's loss budget exists
+before any rank can send that step's gradients.
+
+Every delivered byte is checked against the content its sender generated:
+non-gradient messages must match exactly; a gradient chunk may differ only in
+zero-filled bytes, no more of them than the receiver says it forgave.
+
+Like the endpoint below it, a `Rank` owns no socket and reads no clock: the
+driver passes `now` to `start`, `handle_event` and `handle_timer`, and asks
+`get_timer` when the rank next needs it. A flow that fails, or a step whose
+accounting the host finds wrong, ends the run at once with `failure` set.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import IO, Any
+
+from host_agent.core import AccordionDetector, CriticalRegimeDetector, StaticSchedule
+from host_agent.endpoint import Endpoint
+from host_agent.events import (
+    BoundViolation,
+    Event,
+    FlowFailed,
+    RecvDone,
+    SendDone,
+    Shed,
+    record,
+)
+from workload.lossrecord import Layout, entry_from_completion
+from workload.plan import Kind, Message, StepPlan, TrainingConfig, plan_step, synthetic_norms
+from workload.plan import message_bytes as content_of
+
+LINGER_S = 0.2
+"""How long a finished rank keeps acknowledging, in case a peer's last ACK was lost."""
+_CHECK_BLOCK = 4096
+
+Token = tuple[str, int]
+"""Something a rank waits for: ("recv", flow), ("send", flow) or ("compute", step)."""
+
+
+@dataclass
+class _Wait:
+    needs: set[Token]
+    then: Callable[[float], None]
+
+
+def make_detector(cfg: TrainingConfig) -> CriticalRegimeDetector:
+    if cfg.detector == "accordion":
+        return AccordionDetector()
+    return StaticSchedule(steps=cfg.steps)
+
+
+def classify(detector: CriticalRegimeDetector, norms: list[float], step: int) -> bool:
+    """Classify `step` before its gradients flow, from the norm of the step before it."""
+    return bool(detector.classify(step, norms[step - 2] if step >= 2 else None))
+
+
+def gradient_mismatch(payload: bytes, expected: bytes) -> tuple[int, int]:
+    """(bytes that differ, of those the ones that are not zero-filled), compared block-wise."""
+    differ = nonzero = 0
+    zeros = bytes(_CHECK_BLOCK)
+    for lo in range(0, len(expected), _CHECK_BLOCK):
+        got = payload[lo : lo + _CHECK_BLOCK]
+        want = expected[lo : lo + _CHECK_BLOCK]
+        if got == want:
+            continue
+        if got == zeros[: len(got)]:
+            differ += len(want) - want.count(0)  # a forgiven segment, zero-filled
+        else:
+            for a, b in zip(got, want, strict=True):
+                if a != b:
+                    differ += 1
+                    nonzero += a != 0
+    return differ, nonzero
+
+
+class Rank:
+    """One rank's training loop; the module docstring has the schedule."""
+
+    def __init__(
+        self,
+        cfg: TrainingConfig,
+        endpoint: Endpoint,
+        out: IO[str],
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self._warn = warn or (lambda message: None)
+        self.endpoint = endpoint
+        self.out = out
+        self.detector = make_detector(cfg)
+        self.norms = synthetic_norms(cfg)
+        self.plans: dict[int, StepPlan] = {}
+        self.messages: dict[int, Message] = {}
+        self.received: dict[int, RecvDone | Shed] = {}
+        self.sent: dict[int, SendDone | Shed] = {}
+        self.settled: set[Token] = set()
+        self.waits: list[_Wait] = []
+        self.critical: dict[int, bool] = {}
+        self.marks: dict[str, float] = {}
+        self.totals: Counter = Counter()
+        self.finished = False
+        self.steps_done = 0
+        """The last step this rank has finished (its barrier passed)."""
+        self.failure: str | None = None
+        """Why the run failed, in one line; None while it has not."""
+        self.started = 0.0
+        self._timers: list[tuple[float, int, Callable[[float], None]]] = []
+        self._timer_order = itertools.count()
+
+    # ----- the driver's interface ----------------------------------------------------
+
+    def start(self, now: float) -> None:
+        """Register step 1 and the start-up barrier, then wait for every rank to be up."""
+        self.started = now
+        self._record("loss_layout", **Layout.of(self.cfg).to_json())
+        self._classify_and_begin(1, now)
+        barrier = self._plan(0)
+        for msg in barrier.barrier_recvs:
+            self._expect(msg, 0, now)
+        for msg in barrier.barrier_sends:
+            self._send(msg, 0, now)
+        self._when(_recvs(barrier.barrier_recvs), lambda t: self._start_step(1, t), now)
+
+    def handle_event(self, event: Event, now: float) -> None:
+        if self.finished:
+            return
+        if isinstance(event, RecvDone):
+            self._check_content(event)
+            self._record_loss(event)
+            # Checked, the bytes are no longer needed: keep the record, not the payload, so
+            # a rank's memory does not grow with every step it has run.
+            self.received[event.flow] = replace(event, payload=None)
+            self._settle(("recv", event.flow), now)
+        elif isinstance(event, SendDone):
+            self.sent[event.flow] = event
+            self._settle(("send", event.flow), now)
+        elif isinstance(event, Shed):
+            (self.sent if event.sending else self.received)[event.flow] = event
+            if not event.sending:
+                self._record_loss(event)
+            self._settle(("send" if event.sending else "recv", event.flow), now)
+        elif isinstance(event, FlowFailed):
+            self._fail(f"flow {event.flow} to {event.dst} failed: {event.reason}", now)
+        elif isinstance(event, BoundViolation):
+            # Counted and reported by the host already; it fails the run at its end.
+            self.totals["bound_violations"] += 1
+
+    def get_timer(self) -> float | None:
+        return self._timers[0][0] if self._timers else None
+
+    def handle_timer(self, now: float) -> None:
+        while self._timers and self._timers[0][0] <= now and not self.finished:
+            _, _, fn = heapq.heappop(self._timers)
+            fn(now)
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None or bool(
+            self.totals["content_errors"] or self.totals["bound_violations"]
+        )
+
+    # ----- bookkeeping ---------------------------------------------------------------
+
+    def _call_at(self, when: float, fn: Callable[[float], None]) -> None:
+        heapq.heappush(self._timers, (when, next(self._timer_order), fn))
+
+    def _plan(self, step: int) -> StepPlan:
+        plan = self.plans.get(step)
+        if plan is None:
+            plan = self.plans[step] = plan_step(self.cfg, step)
+        return plan
+
+    def _record(self, kind: str, **fields: Any) -> None:
+        record = {"type": kind, "rank": self.cfg.rank, **fields}
+        self.out.write(json.dumps(record) + "\n")
+        self.out.flush()
+
+    def _when(self, needs: Iterable[Token], then: Callable[[float], None], now: float) -> None:
+        self.waits.append(_Wait(set(needs), then))
+        self._fire_waits(now)
+
+    def _settle(self, token: Token, now: float) -> None:
+        self.settled.add(token)
+        self._fire_waits(now)
+
+    def _fire_waits(self, now: float) -> None:
+        while not self.finished:
+            ready = [w for w in self.waits if w.needs <= self.settled]
+            if not ready:
+                return
+            for w in ready:
+                self.waits.remove(w)
+                w.then(now)
+
+    def _send(self, msg: Message, step: int, now: float) -> None:
+        self.messages[msg.flow] = msg
+        self.endpoint.send(
+            self.cfg.ranks[msg.dst],
+            msg.flow,
+            content_of(self.cfg, msg),
+            msg.traffic_class,
+            now,
+            step,
+        )
+
+    def _expect(self, msg: Message, step: int, now: float) -> None:
+        self.messages[msg.flow] = msg
+        self.endpoint.register_flow(
+            msg.flow, step, msg.traffic_class, now, deliver=True, size=msg.size
+        )
+
+    def _record_loss(self, event: RecvDone | Shed) -> None:
+        """The loss record's entry for a gradient flow that gave up bytes (workload.lossrecord)."""
+        entry = entry_from_completion(self.cfg, self.messages.get(event.flow), record(event))
+        if entry is not None:
+            self._record("loss", **entry.to_json())
+
+    def _check_content(self, event: RecvDone) -> None:
+        msg = self.messages.get(event.flow)
+        if msg is None:
+            return
+        payload = event.payload
+        expected = content_of(self.cfg, msg)
+        if payload == expected:
+            return
+        if payload is None or len(payload) != len(expected):
+            got = None if payload is None else len(payload)
+            problem = f"flow {msg.flow}: {got} bytes delivered, {len(expected)} sent"
+        elif msg.kind != Kind.GRADIENT:
+            problem = f"flow {msg.flow} ({msg.traffic_class}): content differs"
+        else:
+            differ, nonzero = gradient_mismatch(payload, expected)
+            forgiven = event.forgiven_bytes
+            if nonzero == 0 and differ <= forgiven:
+                return
+            problem = (
+                f"gradient flow {msg.flow}: {differ} bytes differ ({nonzero} not zero-filled),"
+                f" {forgiven} forgiven"
+            )
+        self.totals["content_errors"] += 1
+        self._warn(f"CONTENT ERROR at rank {self.cfg.rank}: {problem}")
+        self._record("content_error", flow=msg.flow, problem=problem)
+
+    def _fail(self, reason: str, now: float) -> None:
+        if self.failure is None:
+            self.failure = reason
+            self._record("train_failed", reason=reason, time=now - self.started)
+        self.finished = True
+
+    # ----- the training loop ---------------------------------------------------------
+
+    def _classify_and_begin(self, step: int, now: float) -> None:
+        critical = classify(self.detector, self.norms, step)
+        self.critical[step] = critical
+        self.endpoint.begin_step(step, critical, self._plan(step).expected_gradient_bytes, now)
+        for msg in self._plan(step).registrations():
+            self._expect(msg, step, now)
+
+    def _start_step(self, step: int, now: float) -> None:
+        plan = self._plan(step)
+        self.marks = {"start": now}
+        for msg in plan.compute_sends:
+            self._send(msg, step, now)
+        self._call_at(now + self.cfg.compute_s, lambda t: self._settle(("compute", step), t))
+        needs = [*_recvs(plan.compute_recvs), *_sends(plan.compute_sends), ("compute", step)]
+        self._when(needs, lambda t: self._start_allreduce(step, t), now)
+
+    def _start_allreduce(self, step: int, now: float) -> None:
+        plan = self._plan(step)
+        self.marks["allreduce"] = now
+        for msg in plan.burst_sends:
+            self._send(msg, step, now)
+        sends = plan.gradient_sends
+        self._send(sends[0], step, now)
+        for prev, nxt in zip(plan.gradient_recvs, sends[1:], strict=False):
+            self._when(_recvs([prev]), lambda t, nxt=nxt: self._send(nxt, step, t), now)
+        needs = [*_recvs(plan.gradient_recvs), *_sends(sends)]
+        self._when(needs, lambda t: self._allreduce_done(step, t), now)
+
+    def _allreduce_done(self, step: int, now: float) -> None:
+        self.marks["barrier"] = now
+        self.endpoint.complete_step(step, now)
+        if step < self.cfg.steps:
+            self._classify_and_begin(step + 1, now)
+        plan = self._plan(step)
+        for msg in plan.barrier_sends:
+            self._send(msg, step, now)
+        self._when(_recvs(plan.barrier_recvs), lambda t: self._step_done(step, t), now)
+
+    def _step_done(self, step: int, now: float) -> None:
+        plan = self._plan(step)
+        state = self.endpoint.step_state(step)
+        shed = sum(
+            e.bytes or 0
+            for e in (self.received[m.flow] for m in plan.gradient_recvs)
+            if isinstance(e, Shed)
+        )
+        shed_sent = sum(
+            e.bytes or 0
+            for e in (self.sent[m.flow] for m in plan.gradient_sends)
+            if isinstance(e, Shed)
+        )
+        retx = sum(
+            e.retransmitted_bytes
+            for e in (self.sent[m.flow] for m in plan.gradient_sends)
+            if isinstance(e, SendDone)
+        )
+        self.totals["expected"] += plan.expected_gradient_bytes
+        self.totals["forgiven"] += state["forgiven"]
+        self.totals["shed"] += shed
+        self.totals["shed_sent"] += shed_sent
+        self.totals["retransmitted"] += retx
+        self._record(
+            "train_step",
+            step=step,
+            critical=self.critical[step],
+            p=state["p"],
+            step_time=now - self.marks["start"],
+            compute_time=self.marks["allreduce"] - self.marks["start"],
+            allreduce_time=self.marks["barrier"] - self.marks["allreduce"],
+            barrier_time=now - self.marks["barrier"],
+            grad_expected=plan.expected_gradient_bytes,
+            grad_budget=state["budget"],
+            bound_held=self.endpoint.step_problem(step) is None,
+            grad_received=state["received"],
+            grad_forgiven=state["forgiven"],
+            grad_shed=shed,
+            grad_retransmitted=retx,
+        )
+        self.endpoint.forget_step(step - 1)
+        self.steps_done = step
+        if step < self.cfg.steps:
+            self._start_step(step + 1, now)
+            return
+        tail = [m for s in self.plans.values() for m in s.burst_sends + s.burst_recvs]
+        needs = [
+            *_recvs(m for m in tail if m.dst == self.cfg.rank),
+            *_sends(plan.barrier_sends),
+            *_sends(m for m in tail if m.src == self.cfg.rank),
+        ]
+        self._when(needs, self._finish, now)
+
+    def _finish(self, now: float) -> None:
+        expected = self.totals["expected"]
+        self._record(
+            "train_done",
+            steps=self.cfg.steps,
+            total_time=now - self.started,
+            grad_expected=expected,
+            grad_forgiven=self.totals["forgiven"],
+            grad_shed=self.totals["shed"],
+            grad_shed_sent=self.totals["shed_sent"],
+            grad_retransmitted=self.totals["retransmitted"],
+            lost_fraction=(self.totals["forgiven"] + self.totals["shed"]) / max(expected, 1),
+            content_errors=self.totals["content_errors"],
+            bound_violations=self.totals["bound_violations"],
+        )
+        self._call_at(now + LINGER_S, self._linger_over)
+
+    def _linger_over(self, now: float) -> None:
+        self.finished = True
+
+
+def _recvs(msgs: Iterable[Message]) -> list[Token]:
+    return [("recv", m.flow) for m in msgs]
+
+
+def _sends(msgs: Iterable[Message]) -> list[Token]:
+    return [("send", m.flow) for m in msgs]
