@@ -40,17 +40,26 @@ def leftovers() -> list[str]:
 
 @pytest.fixture
 def clean():
-    assert leftovers() == [], "a previous run left these behind"
+    """Start from a machine without our leftovers (a run killed outright, by anyone, leaves
+    some) and check that the test's own runs leave none."""
+    subprocess.run([*FORGIVE, "clean"], capture_output=True, check=True, timeout=60)
+    assert leftovers() == []
     yield
     assert leftovers() == []
 
 
 def test_short_run_completes_with_accounting_that_adds_up(tmp_path, clean):
+    # a killed run's spine link is still there: the run must clear it, not fail on it
+    subprocess.run(
+        ["ip", "link", "add", "leaf1-eth3", "type", "veth", "peer", "name", "spine1-eth1"],
+        check=True,
+    )
     out = tmp_path / "results"
     proc = subprocess.run(
         [*FORGIVE, "run", *SHORT, "--out", str(out)], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr
+    assert "removed what a killed run left behind: veth leaf1-eth3" in proc.stderr
     assert "forgive seed 1: step 3/3" in proc.stderr
     assert proc.stdout.splitlines()[0].startswith("policy")
     (run,) = json.loads((out / "runs.json").read_text())
@@ -137,6 +146,19 @@ def test_ctrl_c_tears_the_network_down(tmp_path, clean):
     assert proc.returncode == 130, err
     assert "interrupted; network torn down" in err
     assert not Path(out / "runs.json").exists()
+
+
+def test_a_run_killed_outright_is_cleared_by_forgive_clean(tmp_path, clean):
+    out = tmp_path / "results"
+    proc = _start_run(out)
+    _wait_for_first_step(proc, out)
+    proc.kill()  # no teardown can run: the switches and their links stay
+    proc.wait(timeout=10)
+    assert any("spine" in name for name in leftovers())
+    cleaned = subprocess.run([*FORGIVE, "clean"], capture_output=True, text=True, timeout=60)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert "removed veth" in cleaned.stdout and "removed process" in cleaned.stdout
+    assert leftovers() == []
 
 
 def test_a_switch_that_dies_ends_the_run_in_one_line(tmp_path, clean):

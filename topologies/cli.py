@@ -4,6 +4,7 @@
     forgive compare  several policies times several seeds on the same fabric and workload
     forgive impact   what a results folder's recorded loss does to a real model (impact.cli)
     forgive study    every result of the FORGIVE note, reproduced beside the note's (study.cli)
+    forgive clean    remove what a killed run left behind (its veths and switch processes)
 
 Every option is checked before anything starts; a bad one is one line on stderr
 and exit status 2. Results (JSON, table, PNG plots, every host's records and
@@ -24,9 +25,10 @@ from impact import cli as impact_cli
 from study import cli as study_cli
 from topologies.cache import RunCache, link_runs, run_cached
 from topologies.fabric import PRESETS, FabricError, FabricSpec
+from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock
 from topologies.options import fabric_from
 from topologies.report import write_results
-from topologies.runner import ENGINES, JOBS, RunConfig, RunError
+from topologies.runner import ENGINES, JOBS, RunConfig, RunError, require_root
 from topologies.sweep import run_all, run_one
 
 DEFAULT_POLICIES = ("tight", "forgive", "dcqcn", "shed")
@@ -184,6 +186,24 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def clean() -> int:
+    """As `mn -c` for Mininet: a run killed outright cannot tear its fabric down, and
+    `forgive run` clears such leftovers itself; this does it on demand, never under a
+    live run."""
+    try:
+        require_root()
+        with fabric_lock(wait=False):
+            removed = clear_leftovers()
+    except (RunError, FabricBusy) as err:
+        print(f"forgive: {err}", file=sys.stderr)
+        return 1
+    for line in removed:
+        print(f"removed {line}")
+    if not removed:
+        print("nothing to remove")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forgive", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -210,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     impact_cli.register(sub)
     study_cli.register(sub)
+    sub.add_parser("clean", help="remove what a killed run left behind")
     args = parser.parse_args(argv)
+    if args.command == "clean":
+        return clean()
     if args.command == "impact":
         return impact_cli.main(args)
     if args.command == "study":

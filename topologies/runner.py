@@ -34,6 +34,7 @@ from host_agent.policies import parse_policy
 from switch_model.surface import PortCounters
 from topologies.collect import collect, read_jsonl
 from topologies.fabric import FabricSpec, Host, Plan, plan
+from topologies.leftovers import clear_leftovers, fabric_lock
 from topologies.processes import stop_process
 from topologies.results import RunResult
 from topologies.scaling import FRAME_BYTES
@@ -179,6 +180,10 @@ def require_root() -> None:
         raise RunError("Mininet needs root: run as root (e.g. sudo)")
     if shutil.which("mnexec") is None:
         raise RunError("mnexec not found: install Debian's mininet package (make setup does)")
+
+
+def _say(line: str) -> None:
+    print(f"forgive: {line}", file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -431,7 +436,10 @@ def run_once(config: RunConfig, out_dir: Path, label: str = "") -> RunResult:
     Whatever happens, the trainers, switches and links are gone when it returns."""
     config.validate()
     require_root()
-    with sigterm_as_interrupt(), FabricRun(config, out_dir, label) as run:
+    with sigterm_as_interrupt(), fabric_lock(_say), FabricRun(config, out_dir, label) as run:
+        cleared = clear_leftovers()
+        if cleared:
+            _say(f"removed what a killed run left behind: {', '.join(cleared)}")
         run.build()
         run.configure()
         run.start()
