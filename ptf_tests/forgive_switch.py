@@ -46,8 +46,8 @@ SRC_IP = "10.0.1.1"
 ECT0, NOT_ECT, CE = 2, 0, 3
 FULL_FRAME = 14 + 20 + 8 + 16 + PACKET_BYTES
 """A full DATA frame: 4154 bytes."""
-THROTTLED_PPS = 2
-"""Low-queue drain rate while a test needs a standing queue: one slot every 0.5 s,
+THROTTLED_PPS = 5
+"""Low-queue drain rate while a test needs a standing queue: one slot every 0.2 s,
 far longer than the switch takes to take in a burst."""
 FCS_BYTES = 4
 """Tofino's counters count the frame check sequence; BMv2's and the model's do not."""
