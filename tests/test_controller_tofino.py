@@ -295,9 +295,13 @@ def test_counters_add_drops_from_both_pipes(switches) -> None:
         store1.counters[ids["ForgiveIngress.port_drops"], 2] = (3, 0)
         store1.counters[ids["ForgiveEgress.port_drops"], 2] = (4, 0)
         store1.counters[ids["ForgiveEgress.port_trims"], 2] = (5, 0)
+        store1.counters[ids["ForgiveEgress.port_trim_tx"], 2] = (4, 0)
         store1.counters[ids["ForgiveEgress.port_tx"], 2] = (9, 9000)
         rows = ctl.counters("s1")
-        assert rows[2] == PortCounters(tx_packets=9, tx_bytes=9000, trims=5, drops=7)
+        # trimmed 5, 4 of them sent: the TM dropped one (trimmed but dropped)
+        assert rows[2] == PortCounters(
+            tx_packets=9, tx_bytes=9000, trims=5, drops=7, trim_tx=4, trim_drops=1
+        )
         assert sorted(rows) == [1, 2, 3]
     finally:
         ctl.close()
