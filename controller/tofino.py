@@ -571,25 +571,10 @@ def tm_config(fabric: Fabric, switch: str, chip: Chip) -> dict:
             _op(chip, "queue.sched_cfg", pipe, {"max_priority": "LOW"}, queue=queue(QID_LOW))
         )
         buffers = [(QID_LOW, port_spec.thresholds[0]), (QID_HIGH, port_spec.high_queue_bytes)]
-        if trim_qid == QID_TRIM:
-            ops.append(
-                _op(chip, "queue.sched_cfg", pipe, {"max_priority": "HIGH"}, queue=queue(QID_TRIM))
-            )
-            buffers.append((QID_TRIM, trimming.trim_queue_bytes))
-        if trim_qid != QID_HIGH:
-            ops.append(mirror_queue(port, sessions[port], trimming.size, trim_qid))
-        for qid, nbytes in buffers:
-            if nbytes is not None:
-                ops.append(
-                    _op(
-                        chip,
-                        "queue.buffer",
-                        pipe,
-                        {"guaranteed_cells": cells(nbytes, chip), "tail_drop_enable": True},
-                        queue=queue(qid),
-                        action="buffer_only",
-                    )
-                )
+        ops += [queue_buffer(chip, port, qid, n) for qid, n in buffers if n is not None]
+        ops += trim_queue_ops(
+            chip, port, sessions[port], trimming.size, trim_qid, trimming.trim_queue_bytes
+        )
         if port_spec.rate_bps is not None:
             shaping = {
                 "unit": "BPS",
@@ -602,6 +587,29 @@ def tm_config(fabric: Fabric, switch: str, chip: Chip) -> dict:
                 _op(chip, "port.sched_cfg", pipe, {"max_rate_enable": True}, key={"dev_port": port})
             )
     return {"switch": switch, "chip": chip.name, "cell_bytes": chip.cell_bytes, "operations": ops}
+
+
+def queue_buffer(chip: Chip, port: int, qid: int, nbytes: int) -> dict:
+    """Queue `qid` of `port` holds `nbytes` (in whole cells) and tail-drops past them."""
+    data = {"guaranteed_cells": cells(nbytes, chip), "tail_drop_enable": True}
+    queue = {"dev_port": port, "qid": qid}
+    return _op(chip, "queue.buffer", tofino_pipe(port), data, queue=queue, action="buffer_only")
+
+
+def trim_queue_ops(
+    chip: Chip, port: int, session: int, size: int, qid: int, trim_queue_bytes: int | None
+) -> list[dict]:
+    """The BF-RT operations that send `port`'s trims (its session `session`, cutting at
+    `size`) to queue `qid`; for QID_TRIM also that queue's priority and its bound."""
+    ops = []
+    if qid == QID_TRIM:
+        queue = {"dev_port": port, "qid": QID_TRIM}
+        high = {"max_priority": "HIGH"}
+        ops.append(_op(chip, "queue.sched_cfg", tofino_pipe(port), high, queue=queue))
+        ops.append(queue_buffer(chip, port, QID_TRIM, trim_queue_bytes))
+    if qid != QID_HIGH:
+        ops.append(mirror_queue(port, session, size, qid))
+    return ops
 
 
 def mirror_queue(port: int, session: int, size: int, qid: int) -> dict:
