@@ -47,6 +47,24 @@ class Store(p4runtime_pb2_grpc.P4RuntimeServicer):
         """Per Write: (update type, entity kind) of each update, as received."""
         self.pipeline_pushes = 0
 
+    def held(self, table: str) -> list[p4runtime_pb2.TableEntry]:
+        """The entries held in the table named `table`, its default entry included."""
+        (table_id,) = [t.preamble.id for t in self.p4info.tables if t.preamble.name == table]
+        return [
+            e.table_entry
+            for k, e in self.entities.items()
+            if k[0] == "table_entry" and e.table_entry.table_id == table_id
+        ]
+
+    def action_of(self, entry: p4runtime_pb2.TableEntry) -> tuple[str, dict[str, int]]:
+        """An entry's action by name, with its parameters by name."""
+        action_id = entry.action.action.action_id
+        (action,) = [a for a in self.p4info.actions if a.preamble.id == action_id]
+        names = {p.id: p.name for p in action.params}
+        return action.preamble.name, {
+            names[p.param_id]: _int(p.value) for p in entry.action.action.params
+        }
+
     # -- pipeline and arbitration ------------------------------------------------
 
     def SetForwardingPipelineConfig(self, request, context):

@@ -388,23 +388,6 @@ TRIMMING = {
 }
 
 
-def held(store: Store, table: str) -> list:
-    """The entries `store` holds in `table`, default entry included."""
-    ids = {t.preamble.name: t.preamble.id for t in store.p4info.tables}
-    return [
-        e.table_entry
-        for k, e in store.entities.items()
-        if k[0] == "table_entry" and e.table_entry.table_id == ids[table]
-    ]
-
-
-def action_of(store: Store, entry) -> tuple[str, dict[str, int]]:
-    action = next(a for a in store.p4info.actions if a.preamble.id == entry.action.action.action_id)
-    names = {p.id: p.name for p in action.params}
-    params = {names[p.param_id]: int.from_bytes(p.value, "big") for p in entry.action.action.params}
-    return action.preamble.name, params
-
-
 def test_every_trimming_knob_becomes_tna_entries(switches) -> None:
     (store1, _), *_ = switches
     ctl = controller(switches, trimming=TRIMMING)
@@ -417,24 +400,24 @@ def test_every_trimming_knob_becomes_tna_entries(switches) -> None:
         ]
         # size: the sessions cut at 128 bytes, the lengths are those of 128 bytes
         assert {s.packet_length_bytes for s in sessions} == {TRIM_MIRROR_BYTES + 128}
-        (lengths,) = held(store1, TRIM_LENGTHS_TABLE)
+        (lengths,) = store1.held(TRIM_LENGTHS_TABLE)
         assert lengths.is_default_action
-        assert action_of(store1, lengths) == (
+        assert store1.action_of(lengths) == (
             SET_TRIM_LENGTHS,
             {"ipv4_total_len": 128 - 14, "udp_len": 128 - 34},
         )
         # asymmetric DSCP: s1:1 faces h1, s1:2 and s1:3 face s2
         dscps = {
-            int.from_bytes(e.match[0].exact.value, "big"): action_of(store1, e)[1]["dscp"]
-            for e in held(store1, TRIM_DSCP.table)
+            int.from_bytes(e.match[0].exact.value, "big"): store1.action_of(e)[1]["dscp"]
+            for e in store1.held(TRIM_DSCP.table)
         }
         assert dscps == {1: 3, 2: 7, 3: 7}
         # eligibility: class 18 drops, class 20 trims as every other class does
-        (ineligible,) = held(store1, "ForgiveIngress.trim_eligibility")
+        (ineligible,) = store1.held("ForgiveIngress.trim_eligibility")
         assert int.from_bytes(ineligible.match[0].exact.value, "big") == 18
-        assert action_of(store1, ineligible) == ("ForgiveIngress.disable_trim", {})
+        assert store1.action_of(ineligible) == ("ForgiveIngress.disable_trim", {})
         # DISABLE_TRIM rules, the first one highest, a field left out not matched on
-        rules = sorted(held(store1, "ForgiveIngress.trim_acl"), key=lambda e: -e.priority)
+        rules = sorted(store1.held("ForgiveIngress.trim_acl"), key=lambda e: -e.priority)
         assert [(e.priority, len(e.match)) for e in rules] == [(2, 1), (1, 2)]
         first = rules[0].match[0].ternary
         assert (int.from_bytes(first.value, "big"), int.from_bytes(first.mask, "big")) == (
@@ -489,8 +472,8 @@ def test_one_trim_dscp_is_the_default_entry_and_going_back_restores_noaction(swi
     static = controller(switches, trimming={"dscp_value": 48, "size": 64})
     try:
         static.apply()
-        (dscp,) = held(store1, TRIM_DSCP.table)
-        assert dscp.is_default_action and action_of(store1, dscp) == (
+        (dscp,) = store1.held(TRIM_DSCP.table)
+        assert dscp.is_default_action and store1.action_of(dscp) == (
             TRIM_DSCP.action,
             {"dscp": 48},
         )
@@ -508,9 +491,9 @@ def test_one_trim_dscp_is_the_default_entry_and_going_back_restores_noaction(swi
         # cut at 58 bytes again and trim_lengths returns to NoAction
         assert (report.deleted, report.modified) == (6, 3 + 1)
         for table in (TRIM_DSCP.table, TRIM_LENGTHS_TABLE):
-            (entry,) = held(store1, table)
-            assert entry.is_default_action and action_of(store1, entry)[0] == "NoAction"
-        assert not held(store1, "ForgiveIngress.trim_acl")
+            (entry,) = store1.held(table)
+            assert entry.is_default_action and store1.action_of(entry)[0] == "NoAction"
+        assert not store1.held("ForgiveIngress.trim_acl")
         assert plain.apply()["s1"].modified == 0
     finally:
         plain.close()

@@ -108,22 +108,6 @@ def test_drops_add_the_ingress_and_egress_counters(session) -> None:
 THRESHOLDS = Thresholds(100 * FRAME, 50 * FRAME, 50 * FRAME, 0)
 
 
-def table_entries(store: Store, name: str) -> list:
-    tables = {t.preamble.name: t.preamble.id for t in store.p4info.tables}
-    return [
-        e.table_entry
-        for e in of_kind(store, "table_entry")
-        if e.table_entry.table_id == tables[name]
-    ]
-
-
-def params(store: Store, entry) -> tuple[str, dict[str, int]]:
-    action = next(a for a in store.p4info.actions if a.preamble.id == entry.action.action.action_id)
-    names = {p.id: p.name for p in action.params}
-    values = {names[p.param_id]: int.from_bytes(p.value, "big") for p in entry.action.action.params}
-    return action.preamble.name, values
-
-
 def session_lengths(store: Store) -> dict[int, int]:
     sessions = [
         e.packet_replication_engine_entry.clone_session_entry
@@ -138,8 +122,8 @@ def test_trim_size_cuts_in_every_session_and_sets_the_lengths(session) -> None:
     switch.set_switch_trimming(SwitchTrimming(128, PRIO_HIGH))
     switch.set_thresholds(3, THRESHOLDS)
     assert session_lengths(store) == {2: TRIM_MIRROR_BYTES + 128, 3: TRIM_MIRROR_BYTES + 128}
-    (lengths,) = table_entries(store, TRIM_LENGTHS_TABLE)
-    assert params(store, lengths) == (SET_TRIM_LENGTHS, {"ipv4_total_len": 114, "udp_len": 94})
+    (lengths,) = store.held(TRIM_LENGTHS_TABLE)
+    assert store.action_of(lengths) == (SET_TRIM_LENGTHS, {"ipv4_total_len": 114, "udp_len": 94})
     assert target.tm_ops == [], "the trims stay in the high queue, as mirrored copies do"
 
 
@@ -149,9 +133,9 @@ def test_trim_dscp_one_for_all_ports_or_per_port(session) -> None:
     switch.set_trim_dscp(3, port=2)
     switch.set_trim_dscp(7, port=3)
     by_port = {}
-    for entry in table_entries(store, TRIM_DSCP.table):
+    for entry in store.held(TRIM_DSCP.table):
         port = int.from_bytes(entry.match[0].exact.value, "big") if entry.match else None
-        by_port[port] = params(store, entry)
+        by_port[port] = store.action_of(entry)
     assert by_port == {
         None: (TRIM_DSCP.action, {"dscp": Dscp.CONTROL}),
         2: (TRIM_DSCP.action, {"dscp": 3}),
@@ -164,11 +148,11 @@ def test_eligibility_and_disable_trim_rules_use_the_v1model_calls(session) -> No
     switch.disable_trim_class(Dscp.TENSOR_PARALLEL)
     switch.disable_trim_rule(2, src="10.0.1.7/32")
     switch.disable_trim_rule(1, dscp=Dscp.PIPELINE_PARALLEL)
-    (cls,) = table_entries(store, "ForgiveIngress.trim_eligibility")
+    (cls,) = store.held("ForgiveIngress.trim_eligibility")
     assert int.from_bytes(cls.match[0].exact.value, "big") == Dscp.TENSOR_PARALLEL
-    rules = {e.priority: e for e in table_entries(store, "ForgiveIngress.trim_acl")}
+    rules = {e.priority: e for e in store.held("ForgiveIngress.trim_acl")}
     assert sorted(rules) == [1, 2]
-    assert [params(store, e)[0] for e in (cls, *rules.values())] == [
+    assert [store.action_of(e)[0] for e in (cls, *rules.values())] == [
         "ForgiveIngress.disable_trim"
     ] * 3
 
