@@ -9,6 +9,7 @@ them here, so a name or a parameter changes in one place.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from p4.v1 import p4runtime_pb2
 
@@ -71,18 +72,31 @@ def switch_trimming(index: P4InfoIndex, trimming: SwitchTrimming | None):
     )
 
 
-def trim_dscp_default(index: P4InfoIndex, dscp: int | None):
+@dataclass(frozen=True)
+class TrimDscpTable:
+    """Where a program resolves a trimmed packet's DSCP per egress port: forgive.p4 in
+    ingress, the TNA program in egress (controller.tofino); the entries are alike."""
+
+    table: str = surface.TRIM_DSCP_TABLE
+    action: str = surface.SET_TRIM_DSCP
+    port_key: str = surface.EGRESS_SPEC
+
+
+V1MODEL_TRIM_DSCP = TrimDscpTable()
+
+
+def trim_dscp_default(
+    index: P4InfoIndex, dscp: int | None, where: TrimDscpTable = V1MODEL_TRIM_DSCP
+):
     """trim_dscp's default entry: one DSCP for every port, or NoAction (the DSCP is kept)."""
     if dscp is None:
-        return index.default_entry(surface.TRIM_DSCP_TABLE, surface.NO_ACTION)
-    return index.default_entry(surface.TRIM_DSCP_TABLE, surface.SET_TRIM_DSCP, {"dscp": dscp})
+        return index.default_entry(where.table, surface.NO_ACTION)
+    return index.default_entry(where.table, where.action, {"dscp": dscp})
 
 
-def trim_dscp(index: P4InfoIndex, port: int, dscp: int):
+def trim_dscp(index: P4InfoIndex, port: int, dscp: int, where: TrimDscpTable = V1MODEL_TRIM_DSCP):
     """Trimmed packets leaving `port` get `dscp` (asymmetric DSCP)."""
-    return index.table_entry(
-        surface.TRIM_DSCP_TABLE, {surface.EGRESS_SPEC: port}, surface.SET_TRIM_DSCP, {"dscp": dscp}
-    )
+    return index.table_entry(where.table, {where.port_key: port}, where.action, {"dscp": dscp})
 
 
 def trim_queue_limit(index: P4InfoIndex, port: int, trim_queue_bytes: int):

@@ -22,7 +22,7 @@ from controller.client import SwitchClient
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, entry_key, load_p4info
 from controller.shaping import apply_shaping, check_shaping_channel
 from controller.topology import Fabric
-from controller.trimming import DSCP_FROM_TC
+from controller.trimming import DSCP_FROM_TC, Trimming
 from switch_model import surface
 from switch_model.surface import DEFAULT_TRIMMING, PortCounters
 
@@ -187,20 +187,15 @@ def switch_defaults(
     program's defaults they are NoAction, as a freshly pushed pipeline has them."""
     trimming = fabric.trimming
     switch_wide = trimming.switch_trimming
-    dscp = trimming.dscp_value if isinstance(trimming.dscp_value, int) else None
     return [
         entries.switch_trimming(index, None if switch_wide == DEFAULT_TRIMMING else switch_wide),
-        entries.trim_dscp_default(index, dscp),
+        entries.trim_dscp_default(index, trimming.static_dscp),
     ]
 
 
-def trimming_entries(
-    fabric: Fabric, index: P4InfoIndex, switch: str
-) -> list[p4runtime_pb2.TableEntry]:
-    """The trimming settings `switch` holds in table entries: ineligible traffic classes,
-    DISABLE_TRIM rules (the first one highest), and per managed port its trim DSCP
-    (asymmetric DSCP) and its high queue's bound."""
-    trimming = fabric.trimming
+def eligibility_entries(trimming: Trimming, index: P4InfoIndex) -> list[p4runtime_pb2.TableEntry]:
+    """Ineligible traffic classes and DISABLE_TRIM rules (the first one highest), in the
+    tables both programs, v1model and TNA, name and key alike."""
     result = [entries.trim_ineligible(index, dscp) for dscp in trimming.ineligible]
     rules = trimming.disable_trim
     for i, rule in enumerate(rules):
@@ -215,6 +210,16 @@ def trimming_entries(
                 rule.dscp,
             )
         )
+    return result
+
+
+def trimming_entries(
+    fabric: Fabric, index: P4InfoIndex, switch: str
+) -> list[p4runtime_pb2.TableEntry]:
+    """The trimming settings `switch` holds in table entries: the eligibility ones, and
+    per managed port its trim DSCP (asymmetric DSCP) and its high queue's bound."""
+    trimming = fabric.trimming
+    result = eligibility_entries(trimming, index)
     for name, port in sorted(fabric.ports):
         if name != switch:
             continue

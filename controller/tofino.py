@@ -7,17 +7,23 @@ FabricController:
 - routes in ForgiveIngress.ipv4_lpm; each ECMP group as a group of next-hop members
   of the ForgiveIngress.ecmp_profile selector, referenced from ForgiveIngress.ecmp_nhop;
 - per managed port a clone session that carries trimmed headers back to the
-  port, cut to TRIMMED_FRAME_LEN, and its ForgiveIngress.trim_sessions entry;
+  port, cut to the trim size, and its ForgiveIngress.trim_sessions entry;
 - per managed port the RED ramp in ForgiveEgress.ecn_marking: per band of depths
-  (TM cells), the random draws that mark.
+  (TM cells), the random draws that mark;
+- the description's trimming section (controller.trimming, parsed once for
+  every target): the trimmed lengths in ForgiveEgress.trim_lengths, the trim
+  DSCP in ForgiveEgress.trim_dscp, ineligible classes and DISABLE_TRIM rules in
+  the tables the v1model program names alike.
 
-What P4Runtime cannot set (queue priority, the data queue's buffer, port
-shaping, the deflection port) `tm_config` returns as BF-RT operations on the
-fixed-function TM tables, for the operator to apply (docs/tofino.md).
+What P4Runtime cannot set (queue priority, the data and trim queues' buffers,
+the trim queue of a mirror session, port shaping, the deflection port)
+`tm_config` returns as BF-RT operations on the fixed-function tables, for the
+operator to apply (docs/tofino.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,14 +31,15 @@ from dataclasses import dataclass, field
 from p4.v1 import p4runtime_pb2
 
 from controller import entries
-from controller.client import SwitchClient
-from controller.fabric_control import ApplyReport, FabricController
+from controller.fabric_control import ApplyReport, FabricController, eligibility_entries
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, entry_key
 from controller.shaping import REFERENCE_FRAME_BYTES
 from controller.tofino_pipeline import CHIPS, Chip
 from controller.topology import Fabric, NextHop, PortSpec, tofino_pipe
-from host_agent.wire import TRIMMED_FRAME_LEN
+from controller.trimming import DSCP_FROM_TC, Trimming
+from host_agent.wire import ETH_LEN, IPV4_LEN, TRIMMED_FRAME_LEN
 from switch_model import surface
+from switch_model.port import PRIO_LOW
 from switch_model.surface import PortCounters, Thresholds
 
 # The TNA program's control-plane names where they are not the v1model program's
@@ -42,6 +49,13 @@ TRIM_TABLE = f"{surface.INGRESS}.trim_sessions"
 SET_TRIM_SESSION = f"{surface.INGRESS}.set_trim_session"
 ECN_TABLE = f"{surface.EGRESS}.ecn_marking"
 MARK_CE = f"{surface.EGRESS}.mark_ce"
+TRIM_LENGTHS_TABLE = f"{surface.EGRESS}.trim_lengths"
+"""Keyless: its default entry holds the lengths of a packet trimmed to the trim size."""
+SET_TRIM_LENGTHS = f"{surface.EGRESS}.set_trim_lengths"
+TRIM_DSCP = entries.TrimDscpTable(
+    f"{surface.EGRESS}.trim_dscp", f"{surface.EGRESS}.set_trim_dscp", "egress_port"
+)
+"""The per-port trim DSCP, applied as the trimmed header leaves its port."""
 EGRESS_PORT = "egress_port"
 ENQ_QDEPTH = "enq_qdepth"
 MARK_DRAW = "mark_draw"
@@ -49,14 +63,24 @@ COUNTER_FIELDS: dict[str, tuple[str | None, str]] = {
     surface.PORT_TX: ("tx_bytes", "tx_packets"),
     f"{surface.EGRESS}.port_ce_marks": (None, "ce_marks"),
     f"{surface.EGRESS}.port_trims": (None, "trims"),
+    f"{surface.EGRESS}.port_trim_tx": (None, "trim_tx"),
     f"{surface.EGRESS}.port_drops": (None, "drops"),
     f"{surface.INGRESS}.port_drops": (None, "drops"),
 }
 """As surface.COUNTER_FIELDS: drops are counted where they happen, malformed in
-ingress and for want of room in egress, and add up."""
+ingress and for want of room in egress, and add up. Trimmed but dropped has no
+counter of its own (`with_trim_drops`)."""
 
 QID_HIGH, QID_LOW = 0, 1
 """The program's queues (QID_HIGH, QID_LOW in p4src/tna/forgive.p4)."""
+QID_TRIM = 2
+"""The bounded trim queue: with trim_queue_bytes, trims go to a queue of their own at
+the high queue's priority, its TM buffer the bound, so that no control packet is
+dropped for it (docs/tofino.md)."""
+MIRROR_CFG = "$mirror.cfg"
+"""BF-RT's mirror session table, where a session's queue is set."""
+ALL_PIPES = 0xFFFF
+"""BF-RT's pipe id for a device-wide table."""
 TRIM_MIRROR_BYTES = 6
 """The mirror header forgive.p4 puts in front of a trimmed copy (PREPENDED_BYTES);
 a session's truncation length counts it."""
@@ -113,18 +137,54 @@ def ecn_bands(thresholds: Thresholds, chip: Chip) -> list[EcnBand]:
 # -- entities, built once for the controller and the PTF suite ---------------------
 
 
-def clone_session(port: int, session: int) -> p4runtime_pb2.Entity:
-    """The session that carries `port`'s trimmed headers back to it, cut to 58 bytes."""
+def trim_queue(trimming: Trimming) -> int:
+    """The qid trimmed headers wait in: SAI's trim queue index in the program's queues."""
+    if trimming.queue_index == PRIO_LOW:
+        return QID_LOW
+    return QID_HIGH if trimming.trim_queue_bytes is None else QID_TRIM
+
+
+def with_trim_drops(counters: PortCounters) -> PortCounters:
+    """SAI's trimmed but dropped, for a program that counts only trimmed and trimmed and
+    sent: the TM dropped the difference (exact once no trimmed header is in flight)."""
+    return dataclasses.replace(counters, trim_drops=max(0, counters.trims - counters.trim_tx))
+
+
+def session_ids(fabric: Fabric, switch: str) -> dict[int, int]:
+    """Port -> the clone session carrying its trimmed headers: 1, 2, ... by port."""
+    ports = sorted(port for name, port in fabric.ports if name == switch)
+    return {port: i + 1 for i, port in enumerate(ports)}
+
+
+def clone_session(port: int, session: int, size: int = TRIMMED_FRAME_LEN) -> p4runtime_pb2.Entity:
+    """The session that carries `port`'s trimmed headers back to it, cut to `size` bytes."""
     clone = p4runtime_pb2.CloneSessionEntry(
         session_id=session,
         replicas=[p4runtime_pb2.Replica(egress_port=port, instance=0)],
-        packet_length_bytes=TRIM_MIRROR_BYTES + TRIMMED_FRAME_LEN,
+        packet_length_bytes=TRIM_MIRROR_BYTES + size,
     )
     return _Entity(
         packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
             clone_session_entry=clone
         )
     )
+
+
+def trim_lengths(index: P4InfoIndex, size: int) -> p4runtime_pb2.TableEntry:
+    """trim_lengths' default entry: the IPv4 and UDP lengths of a packet cut to `size`
+    bytes, or NoAction for the program's own 58."""
+    if size == TRIMMED_FRAME_LEN:
+        return index.default_entry(TRIM_LENGTHS_TABLE, surface.NO_ACTION)
+    lengths = {"ipv4_total_len": size - ETH_LEN, "udp_len": size - ETH_LEN - IPV4_LEN}
+    return index.default_entry(TRIM_LENGTHS_TABLE, SET_TRIM_LENGTHS, lengths)
+
+
+def trim_defaults(index: P4InfoIndex, trimming: Trimming) -> list[p4runtime_pb2.TableEntry]:
+    """The default entries the trimming section sets: the trimmed lengths, the one DSCP."""
+    return [
+        trim_lengths(index, trimming.size),
+        entries.trim_dscp_default(index, trimming.static_dscp, TRIM_DSCP),
+    ]
 
 
 def trim_session(index: P4InfoIndex, port: int, session: int) -> p4runtime_pb2.TableEntry:
@@ -204,6 +264,8 @@ class SwitchEntities:
     sessions: dict = field(default_factory=dict)
     tables: dict = field(default_factory=dict)
     routes: dict = field(default_factory=dict)
+    defaults: dict = field(default_factory=dict)
+    """Table id -> its default entry, which is modified, never inserted or deleted."""
 
     def phases(self) -> list[dict]:
         """Insertion order: a member before the groups holding it, a group or session
@@ -263,7 +325,8 @@ def _key_only(entity: p4runtime_pb2.Entity) -> p4runtime_pb2.Entity:
 
 def plan(wanted: SwitchEntities, installed: SwitchEntities) -> tuple[list[list], dict[str, int]]:
     """Batches of updates, to be written one after another, taking `installed` to
-    `wanted`: inserts and modifies in dependency order, then deletes in reverse."""
+    `wanted`: inserts and modifies in dependency order, then deletes in reverse, then
+    the default entries that differ."""
     batches: list[list] = []
     counts = {"inserted": 0, "modified": 0, "deleted": 0}
     for want, have in zip(wanted.phases(), installed.phases(), strict=True):
@@ -285,6 +348,13 @@ def plan(wanted: SwitchEntities, installed: SwitchEntities) -> tuple[list[list],
         ]
         counts["deleted"] += len(stale)
         batches.append(stale)
+    defaults = []
+    for table_id, entity in wanted.defaults.items():
+        have = installed.defaults.get(table_id)
+        if have is None or identity(have)[1] != identity(entity)[1]:
+            defaults.append(_Update(type=_Update.MODIFY, entity=entity))
+    counts["modified"] += len(defaults)
+    batches.append(defaults)
     return [b for b in batches if b], counts
 
 
@@ -311,18 +381,19 @@ class TofinoFabricController(FabricController):
         return {p: spec for (name, p), spec in sorted(self.fabric.ports.items()) if name == switch}
 
     def trim_sessions(self, switch: str) -> dict[int, int]:
-        """Port -> the clone session carrying its trimmed headers: 1, 2, ... by port."""
-        ports = sorted(self._ports(switch))
+        """Port -> the clone session carrying its trimmed headers (`session_ids`), checked
+        against the width of the program's session ids."""
+        sessions = session_ids(self.fabric, switch)
         action = self.index.actions.get(SET_TRIM_SESSION)
         if action is None:
             raise ConfigError(f"P4Info has no action {SET_TRIM_SESSION}")
         width = action.params[0].bitwidth
-        if len(ports) >= 1 << width:
+        if len(sessions) >= 1 << width:
             raise ConfigError(
-                f"switch {switch}: {len(ports)} managed ports, but mirror session ids have "
+                f"switch {switch}: {len(sessions)} managed ports, but mirror session ids have "
                 f"{width} bits"
             )
-        return {port: i + 1 for i, port in enumerate(ports)}
+        return sessions
 
     def entries(self, switch: str) -> SwitchEntities:
         index = self.index
@@ -331,12 +402,23 @@ class TofinoFabricController(FabricController):
         def put(into: dict, entity: p4runtime_pb2.Entity) -> None:
             into[identity(entity)[0]] = entity
 
+        trimming = self.fabric.trimming
         for port, session in self.trim_sessions(switch).items():
-            put(wanted.sessions, clone_session(port, session))
+            put(wanted.sessions, clone_session(port, session, trimming.size))
             put(wanted.tables, _Entity(table_entry=trim_session(index, port, session)))
         for port, spec in self._ports(switch).items():
             for entry in ecn_entries(index, port, spec.thresholds, self.chip):
                 put(wanted.tables, _Entity(table_entry=entry))
+            if trimming.dscp_value == DSCP_FROM_TC:
+                dscp = self.fabric.trim_dscp(switch, port)
+                put(
+                    wanted.tables,
+                    _Entity(table_entry=entries.trim_dscp(index, port, dscp, TRIM_DSCP)),
+                )
+        for entry in eligibility_entries(trimming, index):
+            put(wanted.tables, _Entity(table_entry=entry))
+        for entry in trim_defaults(index, trimming):
+            wanted.defaults[entry.table_id] = _Entity(table_entry=entry)
 
         profile = ecmp_profile(index)
         members: dict[NextHop, int] = {}
@@ -379,9 +461,18 @@ class TofinoFabricController(FabricController):
                     f"{table.preamble.name}, which holds {table.size}"
                 )
 
-    def _installed(self, client: SwitchClient) -> SwitchEntities:
+    def _installed(self, switch: str) -> SwitchEntities:
+        client = self.clients[switch]
         profile_id = ecmp_profile(self.index).preamble.id
-        tables = [self.index.table_id(t) for t in (TRIM_TABLE, ECN_TABLE, surface.ECMP_TABLE)]
+        names = (
+            TRIM_TABLE,
+            ECN_TABLE,
+            TRIM_DSCP.table,
+            surface.TRIM_ELIGIBILITY_TABLE,
+            surface.TRIM_ACL_TABLE,
+            surface.ECMP_TABLE,
+        )
+        tables = [self.index.table_id(t) for t in names]
         clone_query = p4runtime_pb2.PacketReplicationEngineEntry(
             clone_session_entry=p4runtime_pb2.CloneSessionEntry()
         )
@@ -392,6 +483,18 @@ class TofinoFabricController(FabricController):
         def read(*queries: p4runtime_pb2.Entity) -> dict:
             return _keyed(client.read(list(queries)))
 
+        defaults = {}
+        for table_id in self.wanted[switch].defaults:
+            query = p4runtime_pb2.TableEntry(table_id=table_id, is_default_action=True)
+            found = list(client.read([_Entity(table_entry=query)]))
+            if found:
+                defaults[table_id] = found[0]
+            else:
+                # as the program declares it: every default_action here is NoAction
+                entry = p4runtime_pb2.TableEntry(table_id=table_id, is_default_action=True)
+                entry.action.action.action_id = self.index.actions[surface.NO_ACTION].preamble.id
+                defaults[table_id] = _Entity(table_entry=entry)
+
         return SwitchEntities(
             members=read(_Entity(action_profile_member=member_query)),
             groups=read(_Entity(action_profile_group=group_query)),
@@ -400,21 +503,23 @@ class TofinoFabricController(FabricController):
                 *(_Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t)) for t in tables)
             ),
             routes=read(_Entity(table_entry=p4runtime_pb2.TableEntry(table_id=lpm))),
+            defaults=defaults,
         )
 
     def apply_switch(self, switch: str) -> ApplyReport:
         client = self.clients[switch]
         pushed = self._sync_pipeline(client)
-        batches, counts = plan(self.wanted[switch], self._installed(client))
+        batches, counts = plan(self.wanted[switch], self._installed(switch))
         for batch in batches:
             client.write(batch)
         return ApplyReport(pushed, **counts)
 
     def counters(self, switch: str) -> dict[int, PortCounters]:
         """Per port of `switch` on a link: what its counters hold, drops added up."""
-        return entries.read_port_counters(
+        rows = entries.read_port_counters(
             self.clients[switch], self.index, self._ports(switch), COUNTER_FIELDS
         )
+        return {port: with_trim_drops(row) for port, row in rows.items()}
 
     def tm_config(self, switch: str) -> dict:
         """The BF-RT operations that give `switch` its queues: JSON-ready data."""
@@ -433,8 +538,15 @@ def tm_config(fabric: Fabric, switch: str, chip: Chip) -> dict:
     named by dev_port and qid: BF-RT keys queues by port group, and
     tm.port.cfg[dev_port] gives pg_id and, at egress_qid_queues[qid], pg_queue)
     or neither (tableDefaultEntrySet, for per-pipe tables); "action" where the
-    table has actions. controller.bfrt_tm applies them."""
+    table has actions. controller.bfrt_tm applies them.
+
+    The trimming section adds: the trim queue of every trim session where it is not
+    qid 0 (BF-RT's $mirror.cfg, the whole session restated), and with trim_queue_bytes
+    the bounded trim queue's priority and buffer."""
     spec = fabric.switches[switch]
+    trimming = fabric.trimming
+    trim_qid = trim_queue(trimming)
+    sessions = session_ids(fabric, switch)
     ops = [
         _op(
             chip,
@@ -459,18 +571,10 @@ def tm_config(fabric: Fabric, switch: str, chip: Chip) -> dict:
             _op(chip, "queue.sched_cfg", pipe, {"max_priority": "LOW"}, queue=queue(QID_LOW))
         )
         buffers = [(QID_LOW, port_spec.thresholds[0]), (QID_HIGH, port_spec.high_queue_bytes)]
-        for qid, nbytes in buffers:
-            if nbytes is not None:
-                ops.append(
-                    _op(
-                        chip,
-                        "queue.buffer",
-                        pipe,
-                        {"guaranteed_cells": cells(nbytes, chip), "tail_drop_enable": True},
-                        queue=queue(qid),
-                        action="buffer_only",
-                    )
-                )
+        ops += [queue_buffer(chip, port, qid, n) for qid, n in buffers if n is not None]
+        ops += trim_queue_ops(
+            chip, port, sessions[port], trimming.size, trim_qid, trimming.trim_queue_bytes
+        )
         if port_spec.rate_bps is not None:
             shaping = {
                 "unit": "BPS",
@@ -483,6 +587,49 @@ def tm_config(fabric: Fabric, switch: str, chip: Chip) -> dict:
                 _op(chip, "port.sched_cfg", pipe, {"max_rate_enable": True}, key={"dev_port": port})
             )
     return {"switch": switch, "chip": chip.name, "cell_bytes": chip.cell_bytes, "operations": ops}
+
+
+def queue_buffer(chip: Chip, port: int, qid: int, nbytes: int) -> dict:
+    """Queue `qid` of `port` holds `nbytes` (in whole cells) and tail-drops past them."""
+    data = {"guaranteed_cells": cells(nbytes, chip), "tail_drop_enable": True}
+    queue = {"dev_port": port, "qid": qid}
+    return _op(chip, "queue.buffer", tofino_pipe(port), data, queue=queue, action="buffer_only")
+
+
+def trim_queue_ops(
+    chip: Chip, port: int, session: int, size: int, qid: int, trim_queue_bytes: int | None
+) -> list[dict]:
+    """The BF-RT operations that send `port`'s trims (its session `session`, cutting at
+    `size`) to queue `qid`; for QID_TRIM also that queue's priority and its bound."""
+    ops = []
+    if qid == QID_TRIM:
+        queue = {"dev_port": port, "qid": QID_TRIM}
+        high = {"max_priority": "HIGH"}
+        ops.append(_op(chip, "queue.sched_cfg", tofino_pipe(port), high, queue=queue))
+        ops.append(queue_buffer(chip, port, QID_TRIM, trim_queue_bytes))
+    if qid != QID_HIGH:
+        ops.append(mirror_queue(port, session, size, qid))
+    return ops
+
+
+def mirror_queue(port: int, session: int, size: int, qid: int) -> dict:
+    """Trim session `session` (of `port`, cutting at `size`) as BF-RT's $mirror.cfg holds
+    it, sending to queue `qid`: P4Runtime's clone sessions cannot name a queue."""
+    data = {
+        "$session_enable": True,
+        "$direction": "BOTH",
+        "$ucast_egress_port": port,
+        "$ucast_egress_port_valid": True,
+        "$egress_port_queue": qid,
+        "$max_pkt_len": TRIM_MIRROR_BYTES + size,
+    }
+    return {
+        "table": MIRROR_CFG,
+        "pipe": ALL_PIPES,
+        "key": {"$sid": session},
+        "action": "$normal",
+        "data": data,
+    }
 
 
 def controller_for(fabric: Fabric) -> Callable[..., FabricController]:

@@ -23,8 +23,8 @@ equal-cost next hops with an ECMP group. "trimming" sets how every switch trims
 was). A Tofino switch ("target": "tofino" or
 "tofino2") also names, in "deflect_ports", a device port per pipe it uses
 (docs/tofino.md); a description holds one kind of Tofino or BMv2 and model
-switches, not both; its program has no trimming settings yet, so a Tofino
-fabric keeps the default trimming.
+switches, not both. The trimming section is the same for both; docs/tofino.md
+says knob by knob how the Tofino program carries it out.
 
 `parse` checks every key of that shape once, before anything reads it: a
 wrong type, an unknown key or a value out of range is a ConfigError naming the
@@ -347,11 +347,6 @@ def parse(description) -> Fabric:
             )
     fabric.trimming = trim_section.parse(description.get("trimming", {}))
     trim_section.check_ports(fabric.trimming, fabric.port_roles())
-    if kinds & set(TOFINO_TARGETS) and fabric.trimming != trim_section.DEFAULT:
-        raise ConfigError(
-            "trimming: the Tofino program has no trimming settings yet (docs/tofino.md); "
-            "leave the section out"
-        )
     return fabric
 
 

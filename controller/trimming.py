@@ -92,6 +92,11 @@ class Trimming:
         return SwitchTrimming(self.size, self.queue_index)
 
     @property
+    def static_dscp(self) -> int | None:
+        """The one DSCP every trimmed packet gets, if dscp_value names one."""
+        return self.dscp_value if isinstance(self.dscp_value, int) else None
+
+    @property
     def ineligible(self) -> list[int]:
         """The traffic classes (DSCPs) that drop instead of trimming."""
         return sorted(dscp for dscp, action in self.packet_discard_action if action == "drop")

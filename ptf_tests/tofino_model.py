@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from controller.bfrt_tm import TmSession, TmUnavailable, bfrt_client
-from controller.tofino import QID_HIGH, QID_LOW, cells
+from controller.tofino import QID_HIGH, QID_LOW, queue_buffer
 from controller.tofino_pipeline import CHIPS, device_config_path, p4info_path
 from ptf_tests.targets import SwitchTarget, register, wait_for_listen
 from switch_model.port import PRIO_HIGH, PRIO_LOW
@@ -118,8 +118,9 @@ class TofinoModelTarget(SwitchTarget):
             stop_process(proc)
         self._procs = []
 
-    def _tm(self, ops: list[dict]) -> None:
-        """BF-RT, reached from inside the switch's namespace like everything else."""
+    def apply_tm(self, ops: list[dict]) -> None:
+        """BF-RT operations (controller.tofino's, as tm_config writes them), reached from
+        inside the switch's namespace like everything else."""
         session = TmSession(f"127.0.0.1:{self.endpoint.aux_port}")
         try:
             for op in ops:
@@ -139,7 +140,7 @@ class TofinoModelTarget(SwitchTarget):
     def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:
         qid = {PRIO_LOW: QID_LOW, PRIO_HIGH: QID_HIGH}[priority]
         shaping = {"unit": "PPS", "provisioning": "UPPER", "max_rate": pps, "max_burst_size": 1}
-        self._tm(
+        self.apply_tm(
             [
                 self._queue_op("queue.sched_shaping", port, qid, shaping),
                 self._queue_op("queue.sched_cfg", port, qid, {"max_rate_enable": pps != 0}),
@@ -148,5 +149,4 @@ class TofinoModelTarget(SwitchTarget):
 
     def set_data_queue(self, port: int, nbytes: int) -> None:
         """The TM buffer of the port's data queue: what it cannot hold is deflected."""
-        data = {"guaranteed_cells": cells(nbytes, self.chip), "tail_drop_enable": True}
-        self._tm([self._queue_op("queue.buffer", port, QID_LOW, data, action="buffer_only")])
+        self.apply_tm([queue_buffer(self.chip, port, QID_LOW, nbytes)])

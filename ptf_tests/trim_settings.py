@@ -5,8 +5,9 @@ entry, trim_dscp, trim_queue_limit, trim_eligibility, trim_acl), holds a
 standing data queue as the suite's TrimPriorityTest does, and checks every
 packet that leaves byte for byte and the SAI counters: trimmed (`trims`),
 trimmed and sent (`trim_tx`), trimmed but dropped (`trim_drops`), and
-`drops` for what was dropped whole. The TNA program has none of these knobs
-yet (docs/tofino.md), so on tofino-model they skip.
+`drops` for what was dropped whole. tofino-model cannot hold a standing
+queue, so there they skip; the Deflect* tests at the end check the knobs on
+TNA instead, on the packets --dod-test-mode deflects (docs/tofino.md).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from scapy.layers.inet import IP
 
 from host_agent.wire import PACKET_BYTES, TRIMMED_FRAME_LEN, Dscp, Opcode
 from ptf_tests.forgive_switch import (
+    DOD_PERIOD,
     FULL_FRAME,
     NOT_ECT,
     ForgiveTest,
@@ -39,7 +41,7 @@ class TrimSettingsTest(ForgiveTest):
         super().setUp()
         if self.is_tna:
             self.tearDown()  # unittest runs no tearDown after a setUp that skips
-            self.skipTest("the TNA program has no trimming settings yet (docs/tofino.md)")
+            self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
         self.switch.route("10.0.3.0/24", nhop_mac(3), 3)
 
@@ -211,3 +213,79 @@ class TrimmedButDroppedTest(TrimSettingsTest):
         self.send(1, after)
         self.expect_sequence(2, [trimmed(after, 2)])
         self.counters_are(2, trims=6, trim_tx=3, trim_drops=3, drops=0, tx_packets=4)
+
+
+class DeflectSettingsTest(ForgiveTest):
+    """On tofino-model: managed port 2, deflections aligned, so that of the next
+    DOD_PERIOD DATA packets the last is the one deflected (forgive_switch.DeflectTrimTest)."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        if not self.is_tna:
+            self.tearDown()
+            self.skipTest("deflect-on-drop test mode is tofino-model's")
+        self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
+        self.switch.set_thresholds(2, NO_MARKING._replace(data_queue_bytes=100 * S))
+        self.align_deflections(2, "10.0.2.9")
+        self.before = self.switch.port_counters(2)
+
+    def burst(self, **fields) -> list:
+        return [
+            fth_packet("10.0.2.9", seq=i * PACKET_BYTES, **{"ecn": NOT_ECT, **fields})
+            for i in range(DOD_PERIOD)
+        ]
+
+    def leaves(self, burst: list, last) -> None:
+        """The nine go through; `last` (None: nothing) is what the deflected one becomes."""
+        got = self.receive(2, DOD_PERIOD - (last is None))
+        expected = [bytes(routed(p, 2)) for p in burst[:-1]]
+        self.assertEqual(sorted(got), sorted(expected + ([] if last is None else [bytes(last)])))
+        testutils.verify_no_other_packets(self)
+
+    def grew(self, **expected: int) -> None:
+        after = self.switch.port_counters(2)
+        got = {key: getattr(after, key) - getattr(self.before, key) for key in expected}
+        self.assertEqual(got, expected)
+
+
+class DeflectTrimSizeTest(DeflectSettingsTest):
+    """A 128-byte trim size: the deflected DATA leaves as its first 128 bytes."""
+
+    def runTest(self) -> None:
+        self.switch.set_switch_trimming(SwitchTrimming(128, PRIO_HIGH))
+        burst = self.burst()
+        for pkt in burst:
+            self.send(1, pkt)
+        self.leaves(burst, trimmed(burst[-1], 2, 128))
+        self.grew(trims=1, trim_tx=1, trim_drops=0, drops=0)
+
+
+class DeflectTrimDscpTest(DeflectSettingsTest):
+    """A trim DSCP for port 2: the trimmed header gets it, the nine keep theirs."""
+
+    def runTest(self) -> None:
+        self.switch.set_trim_dscp(7, port=2)
+        burst = self.burst()
+        for pkt in burst:
+            self.send(1, pkt)
+        self.leaves(burst, trimmed(burst[-1], 2, dscp=7))
+        self.grew(trims=1, trim_tx=1, drops=0)
+
+
+class DeflectIneligibleTest(DeflectSettingsTest):
+    """A class that may not trim, and a DISABLE_TRIM rule: the deflected packet is
+    dropped whole and counted, not trimmed."""
+
+    def runTest(self) -> None:
+        self.switch.disable_trim_class(Dscp.TENSOR_PARALLEL)
+        burst = self.burst(dscp=Dscp.TENSOR_PARALLEL)
+        for pkt in burst:
+            self.send(1, pkt)
+        self.leaves(burst, None)
+        self.grew(trims=0, drops=1)
+        self.switch.disable_trim_rule(1, src="10.0.1.7/32")
+        burst = self.burst(src="10.0.1.7")
+        for pkt in burst:
+            self.send(1, pkt)
+        self.leaves(burst, None)
+        self.grew(trims=0, drops=2)

@@ -7,7 +7,10 @@ widths, INSERT of an existing entity or MODIFY/DELETE of a missing one
 refused, a group only of existing members, an indirect entry only to an
 existing group, nothing deleted while something refers to it, and a batch's
 updates applied in any order (they are applied in reverse), a range of every
-value written as an omitted field (P4Runtime's don't care). Errors come back
+value or a ternary mask of 0 written as an omitted field (P4Runtime's don't
+care), a ternary value with bits outside its mask refused, and a table's
+default entry only modified, never inserted or deleted, and read back only
+with is_default_action (until one is written, nothing is read back). Errors come back
 as real switches report them: gRPC UNKNOWN with one p4.v1.Error per update.
 Packets and counters are out of scope; counters read back as the test sets them.
 """
@@ -43,6 +46,24 @@ class Store(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.writes: list[list[tuple[int, str]]] = []
         """Per Write: (update type, entity kind) of each update, as received."""
         self.pipeline_pushes = 0
+
+    def held(self, table: str) -> list[p4runtime_pb2.TableEntry]:
+        """The entries held in the table named `table`, its default entry included."""
+        (table_id,) = [t.preamble.id for t in self.p4info.tables if t.preamble.name == table]
+        return [
+            e.table_entry
+            for k, e in self.entities.items()
+            if k[0] == "table_entry" and e.table_entry.table_id == table_id
+        ]
+
+    def action_of(self, entry: p4runtime_pb2.TableEntry) -> tuple[str, dict[str, int]]:
+        """An entry's action by name, with its parameters by name."""
+        action_id = entry.action.action.action_id
+        (action,) = [a for a in self.p4info.actions if a.preamble.id == action_id]
+        names = {p.id: p.name for p in action.params}
+        return action.preamble.name, {
+            names[p.param_id]: _int(p.value) for p in entry.action.action.params
+        }
 
     # -- pipeline and arbitration ------------------------------------------------
 
@@ -92,6 +113,8 @@ class Store(p4runtime_pb2_grpc.P4RuntimeServicer):
         kind = entity.WhichOneof("entity")
         if kind == "table_entry":
             e = entity.table_entry
+            if e.is_default_action:
+                return (kind, e.table_id, "default")
             match = []
             for m in e.match:
                 which = m.WhichOneof("field_match_type")
@@ -99,6 +122,7 @@ class Store(p4runtime_pb2_grpc.P4RuntimeServicer):
                     "exact": (_int(m.exact.value),),
                     "lpm": (_int(m.lpm.value), m.lpm.prefix_len),
                     "range": (_int(m.range.low), _int(m.range.high)),
+                    "ternary": (_int(m.ternary.value), _int(m.ternary.mask)),
                 }[which]
                 match.append((m.field_id, *values))
             return (kind, e.table_id, tuple(sorted(match)), e.priority)
@@ -118,6 +142,11 @@ class Store(p4runtime_pb2_grpc.P4RuntimeServicer):
             e = entity.table_entry
             table = self._table(e.table_id)
             fields = {m.id: m for m in table.match_fields}
+            if e.is_default_action:
+                if e.match or e.priority:
+                    raise Refused(code_pb2.INVALID_ARGUMENT, "a default entry has no key")
+                self._check_action(e.action.action, {r.id for r in table.action_refs})
+                return
             for m in e.match:
                 if m.field_id not in fields:
                     raise Refused(code_pb2.INVALID_ARGUMENT, f"no match field {m.field_id}")
@@ -126,9 +155,16 @@ class Store(p4runtime_pb2_grpc.P4RuntimeServicer):
                     top = (1 << fields[m.field_id].bitwidth) - 1
                     if low > high or high > top or (low, high) == (0, top):
                         raise Refused(code_pb2.INVALID_ARGUMENT, "bad or don't-care range")
-            has_range = any(f.match_type == p4info_pb2.MatchField.RANGE for f in fields.values())
-            if has_range != (e.priority > 0):
-                raise Refused(code_pb2.INVALID_ARGUMENT, "priority is for range tables only")
+                if m.WhichOneof("field_match_type") == "ternary":
+                    value, mask = _int(m.ternary.value), _int(m.ternary.mask)
+                    if mask == 0 or value & ~mask or mask >> fields[m.field_id].bitwidth:
+                        raise Refused(code_pb2.INVALID_ARGUMENT, "bad or don't-care ternary")
+            prioritised = (p4info_pb2.MatchField.RANGE, p4info_pb2.MatchField.TERNARY)
+            needs_priority = any(f.match_type in prioritised for f in fields.values())
+            if needs_priority != (e.priority > 0):
+                raise Refused(
+                    code_pb2.INVALID_ARGUMENT, "priority is for range and ternary tables only"
+                )
             allowed = {r.id for r in table.action_refs}
             which = e.action.WhichOneof("type")
             if table.implementation_id:
@@ -185,6 +221,15 @@ class Store(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def _apply(self, update: p4runtime_pb2.Update) -> None:
         key = self._key(update.entity)
+        if key[-1] == "default":
+            if update.type != p4runtime_pb2.Update.MODIFY:
+                raise Refused(code_pb2.INVALID_ARGUMENT, "a default entry is only modified")
+            self._table(key[1])
+            self._check(update.entity)
+            stored = p4runtime_pb2.Entity()
+            stored.CopyFrom(update.entity)
+            self.entities[key] = stored
+            return
         present = key in self.entities
         if update.type == p4runtime_pb2.Update.INSERT and present:
             raise Refused(code_pb2.ALREADY_EXISTS, f"{key} exists")
@@ -229,7 +274,10 @@ class Store(p4runtime_pb2_grpc.P4RuntimeServicer):
         if entity.WhichOneof("entity") != kind:
             return False
         if kind == "table_entry":
-            return query.table_entry.table_id in (0, entity.table_entry.table_id)
+            return query.table_entry.table_id in (
+                0,
+                entity.table_entry.table_id,
+            ) and query.table_entry.is_default_action == (entity.table_entry.is_default_action)
         if kind == "action_profile_member":
             return query.action_profile_member.action_profile_id in (
                 0,

@@ -17,15 +17,23 @@ from tna_p4info import committed, p4info, stand_in, surface
 from controller import cli
 from controller.p4info import ConfigError, load_p4info
 from controller.tofino import (
+    ALL_PIPES,
     ECN_BANDS,
     ECN_TABLE,
+    MIRROR_CFG,
     QID_HIGH,
     QID_LOW,
+    QID_TRIM,
+    SET_TRIM_LENGTHS,
+    TRIM_DSCP,
+    TRIM_LENGTHS_TABLE,
     TRIM_MIRROR_BYTES,
     TofinoFabricController,
     cells,
     ecn_bands,
     tm_config,
+    trim_queue,
+    with_trim_drops,
 )
 from controller.tofino_pipeline import CHIPS, device_data
 from controller.topology import parse
@@ -295,9 +303,13 @@ def test_counters_add_drops_from_both_pipes(switches) -> None:
         store1.counters[ids["ForgiveIngress.port_drops"], 2] = (3, 0)
         store1.counters[ids["ForgiveEgress.port_drops"], 2] = (4, 0)
         store1.counters[ids["ForgiveEgress.port_trims"], 2] = (5, 0)
+        store1.counters[ids["ForgiveEgress.port_trim_tx"], 2] = (4, 0)
         store1.counters[ids["ForgiveEgress.port_tx"], 2] = (9, 9000)
         rows = ctl.counters("s1")
-        assert rows[2] == PortCounters(tx_packets=9, tx_bytes=9000, trims=5, drops=7)
+        # trimmed 5, 4 of them sent: the TM dropped one (trimmed but dropped)
+        assert rows[2] == PortCounters(
+            tx_packets=9, tx_bytes=9000, trims=5, drops=7, trim_tx=4, trim_drops=1
+        )
         assert sorted(rows) == [1, 2, 3]
     finally:
         ctl.close()
@@ -360,3 +372,137 @@ def test_more_entries_than_a_table_holds_are_refused(switches) -> None:
     path.write_text(text_format.MessageToString(small))
     with pytest.raises(ConfigError, match=r"ForgiveEgress\.ecn_marking, which holds 2"):
         TofinoFabricController(parse(description(a1, a2)), path, config)
+
+
+# -- the trimming section on Tofino -----------------------------------------------------
+
+TRIMMING = {
+    "size": 128,
+    "dscp_value": "from-tc",
+    "tc_value": 5,
+    "tc_to_dscp_map": {"host_trim": {"5": 3}, "fabric_trim": {"5": 7}},
+    "port_qos_map": {"host": "host_trim", "fabric": "fabric_trim"},
+    "trim_queue_bytes": 4096,
+    "packet_discard_action": {"18": "drop", "20": "trim"},
+    "disable_trim": [{"src_ip": "10.0.1.1/32"}, {"dst_ip": "10.0.2.0/24", "dscp": 26}],
+}
+
+
+def test_every_trimming_knob_becomes_tna_entries(switches) -> None:
+    (store1, _), *_ = switches
+    ctl = controller(switches, trimming=TRIMMING)
+    try:
+        ctl.apply()
+        sessions = [
+            e.packet_replication_engine_entry.clone_session_entry
+            for k, e in store1.entities.items()
+            if k[0] == "packet_replication_engine_entry"
+        ]
+        # size: the sessions cut at 128 bytes, the lengths are those of 128 bytes
+        assert {s.packet_length_bytes for s in sessions} == {TRIM_MIRROR_BYTES + 128}
+        (lengths,) = store1.held(TRIM_LENGTHS_TABLE)
+        assert lengths.is_default_action
+        assert store1.action_of(lengths) == (
+            SET_TRIM_LENGTHS,
+            {"ipv4_total_len": 128 - 14, "udp_len": 128 - 34},
+        )
+        # asymmetric DSCP: s1:1 faces h1, s1:2 and s1:3 face s2
+        dscps = {
+            int.from_bytes(e.match[0].exact.value, "big"): store1.action_of(e)[1]["dscp"]
+            for e in store1.held(TRIM_DSCP.table)
+        }
+        assert dscps == {1: 3, 2: 7, 3: 7}
+        # eligibility: class 18 drops, class 20 trims as every other class does
+        (ineligible,) = store1.held("ForgiveIngress.trim_eligibility")
+        assert int.from_bytes(ineligible.match[0].exact.value, "big") == 18
+        assert store1.action_of(ineligible) == ("ForgiveIngress.disable_trim", {})
+        # DISABLE_TRIM rules, the first one highest, a field left out not matched on
+        rules = sorted(store1.held("ForgiveIngress.trim_acl"), key=lambda e: -e.priority)
+        assert [(e.priority, len(e.match)) for e in rules] == [(2, 1), (1, 2)]
+        first = rules[0].match[0].ternary
+        assert (int.from_bytes(first.value, "big"), int.from_bytes(first.mask, "big")) == (
+            0x0A000101,
+            0xFFFFFFFF,
+        )
+        again = ctl.apply()
+        assert all((r.inserted, r.modified, r.deleted) == (0, 0, 0) for r in again.values())
+    finally:
+        ctl.close()
+
+
+def test_trim_queue_and_its_bound_are_tm_settings() -> None:
+    """A bounded trim queue is a queue of its own at the high priority with the bound as
+    its buffer; every trim session is pointed at it over BF-RT."""
+    fabric = parse(description("127.0.0.1:1", "127.0.0.1:2", trimming=TRIMMING))
+    assert trim_queue(fabric.trimming) == QID_TRIM
+    ops = tm_config(fabric, "s1", TOFINO)["operations"]
+    for port in (1, 2, 3):
+        queue = {"dev_port": port, "qid": QID_TRIM}
+        mine = [op for op in ops if op.get("queue") == queue]
+        assert {op["table"]: op["data"] for op in mine} == {
+            "tf1.tm.queue.sched_cfg": {"max_priority": "HIGH"},
+            "tf1.tm.queue.buffer": {
+                "guaranteed_cells": cells(4096, TOFINO),
+                "tail_drop_enable": True,
+            },
+        }
+    mirror = {op["key"]["$sid"]: op for op in ops if op["table"] == MIRROR_CFG}
+    assert sorted(mirror) == [1, 2, 3]
+    assert mirror[2]["action"] == "$normal" and mirror[2]["pipe"] == ALL_PIPES
+    assert mirror[2]["data"]["$ucast_egress_port"] == 2
+    assert mirror[2]["data"]["$egress_port_queue"] == QID_TRIM
+    assert mirror[2]["data"]["$max_pkt_len"] == TRIM_MIRROR_BYTES + 128
+
+
+def test_queue_index_zero_sends_trims_to_the_data_queue() -> None:
+    fabric = parse(description("127.0.0.1:1", "127.0.0.1:2", trimming={"queue_index": 0}))
+    assert trim_queue(fabric.trimming) == QID_LOW
+    ops = tm_config(fabric, "s1", TOFINO)["operations"]
+    mirror = [op for op in ops if op["table"] == MIRROR_CFG]
+    assert {op["data"]["$egress_port_queue"] for op in mirror} == {QID_LOW}
+    assert {op["data"]["$max_pkt_len"] for op in mirror} == {TRIM_MIRROR_BYTES + TRIMMED_FRAME_LEN}
+    assert not [op for op in ops if op.get("queue", {}).get("qid") == QID_TRIM]
+    default = tm_config(parse(description("127.0.0.1:1", "127.0.0.1:2")), "s1", TOFINO)
+    assert not [op for op in default["operations"] if op["table"] == MIRROR_CFG]
+    assert trim_queue(parse(description("127.0.0.1:1", "127.0.0.1:2")).trimming) == QID_HIGH
+
+
+def test_one_trim_dscp_is_the_default_entry_and_going_back_restores_noaction(switches) -> None:
+    (store1, _), *_ = switches
+    static = controller(switches, trimming={"dscp_value": 48, "size": 64})
+    try:
+        static.apply()
+        (dscp,) = store1.held(TRIM_DSCP.table)
+        assert dscp.is_default_action and store1.action_of(dscp) == (
+            TRIM_DSCP.action,
+            {"dscp": 48},
+        )
+    finally:
+        static.close()
+    per_port = controller(switches, trimming=TRIMMING)
+    try:
+        per_port.apply()
+    finally:
+        per_port.close()
+    plain = controller(switches)
+    try:
+        report = plain.apply()["s1"]
+        # the three per-port DSCPs, two rules and one class go; the three sessions
+        # cut at 58 bytes again and trim_lengths returns to NoAction
+        assert (report.deleted, report.modified) == (6, 3 + 1)
+        for table in (TRIM_DSCP.table, TRIM_LENGTHS_TABLE):
+            (entry,) = store1.held(table)
+            assert entry.is_default_action and store1.action_of(entry)[0] == "NoAction"
+        assert not store1.held("ForgiveIngress.trim_acl")
+        assert plain.apply()["s1"].modified == 0
+    finally:
+        plain.close()
+
+
+@given(st.integers(0, 1000), st.integers(0, 1000))
+def test_trimmed_but_dropped_is_what_was_trimmed_and_not_sent(trims: int, sent: int) -> None:
+    counters = with_trim_drops(PortCounters(trims=trims, trim_tx=min(trims, sent)))
+    assert counters.trim_drops == trims - min(trims, sent)
+    assert counters.trim_tx + counters.trim_drops == counters.trims
+    # a read that saw a header sent before its trim was counted never goes negative
+    assert with_trim_drops(PortCounters(trims=trims, trim_tx=trims + 1)).trim_drops == 0

@@ -9,25 +9,41 @@ from google.protobuf import text_format
 from p4rt_store import Store, serve
 from tna_p4info import p4info
 
-from controller.tofino import TRIM_MIRROR_BYTES, ecn_bands
+from controller.tofino import (
+    MIRROR_CFG,
+    QID_LOW,
+    QID_TRIM,
+    SET_TRIM_LENGTHS,
+    TRIM_DSCP,
+    TRIM_LENGTHS_TABLE,
+    TRIM_MIRROR_BYTES,
+    cells,
+    ecn_bands,
+)
 from controller.tofino_pipeline import CHIPS, device_data
-from host_agent.wire import TRIMMED_FRAME_LEN
+from host_agent.wire import TRIMMED_FRAME_LEN, Dscp
 from ptf_tests.p4rt_tna import TnaSwitchSession
-from switch_model.surface import Thresholds
+from switch_model.port import PRIO_HIGH, PRIO_LOW
+from switch_model.surface import SwitchTrimming, Thresholds
 
 FRAME = 4154
 
 
 class RecordingTarget:
-    """What the session asks of the target beyond P4Runtime: the data queue's buffer."""
+    """What the session asks of the target beyond P4Runtime: the data queue's buffer,
+    and BF-RT operations (the trim queue)."""
 
     chip = CHIPS["tofino"]
 
     def __init__(self) -> None:
         self.data_queues: dict[int, int] = {}
+        self.tm_ops: list[dict] = []
 
     def set_data_queue(self, port: int, nbytes: int) -> None:
         self.data_queues[port] = nbytes
+
+    def apply_tm(self, ops: list[dict]) -> None:
+        self.tm_ops += ops
 
 
 @pytest.fixture
@@ -85,3 +101,86 @@ def test_drops_add_the_ingress_and_egress_counters(session) -> None:
     store.counters[ids["ForgiveEgress.port_tx"], 3] = (4, 4 * 62)
     counters = switch.port_counters(3)
     assert (counters.drops, counters.tx_packets, counters.tx_bytes) == (7, 4, 248)
+
+
+# -- the trimming knobs, one call each ---------------------------------------------------
+
+THRESHOLDS = Thresholds(100 * FRAME, 50 * FRAME, 50 * FRAME, 0)
+
+
+def session_lengths(store: Store) -> dict[int, int]:
+    sessions = [
+        e.packet_replication_engine_entry.clone_session_entry
+        for e in of_kind(store, "packet_replication_engine_entry")
+    ]
+    return {s.replicas[0].egress_port: s.packet_length_bytes for s in sessions}
+
+
+def test_trim_size_cuts_in_every_session_and_sets_the_lengths(session) -> None:
+    switch, store, target = session
+    switch.set_thresholds(2, THRESHOLDS)
+    switch.set_switch_trimming(SwitchTrimming(128, PRIO_HIGH))
+    switch.set_thresholds(3, THRESHOLDS)
+    assert session_lengths(store) == {2: TRIM_MIRROR_BYTES + 128, 3: TRIM_MIRROR_BYTES + 128}
+    (lengths,) = store.held(TRIM_LENGTHS_TABLE)
+    assert store.action_of(lengths) == (SET_TRIM_LENGTHS, {"ipv4_total_len": 114, "udp_len": 94})
+    assert target.tm_ops == [], "the trims stay in the high queue, as mirrored copies do"
+
+
+def test_trim_dscp_one_for_all_ports_or_per_port(session) -> None:
+    switch, store, _ = session
+    switch.set_trim_dscp(Dscp.CONTROL)
+    switch.set_trim_dscp(3, port=2)
+    switch.set_trim_dscp(7, port=3)
+    by_port = {}
+    for entry in store.held(TRIM_DSCP.table):
+        port = int.from_bytes(entry.match[0].exact.value, "big") if entry.match else None
+        by_port[port] = store.action_of(entry)
+    assert by_port == {
+        None: (TRIM_DSCP.action, {"dscp": Dscp.CONTROL}),
+        2: (TRIM_DSCP.action, {"dscp": 3}),
+        3: (TRIM_DSCP.action, {"dscp": 7}),
+    }
+
+
+def test_eligibility_and_disable_trim_rules_use_the_v1model_calls(session) -> None:
+    switch, store, _ = session
+    switch.disable_trim_class(Dscp.TENSOR_PARALLEL)
+    switch.disable_trim_rule(2, src="10.0.1.7/32")
+    switch.disable_trim_rule(1, dscp=Dscp.PIPELINE_PARALLEL)
+    (cls,) = store.held("ForgiveIngress.trim_eligibility")
+    assert int.from_bytes(cls.match[0].exact.value, "big") == Dscp.TENSOR_PARALLEL
+    rules = {e.priority: e for e in store.held("ForgiveIngress.trim_acl")}
+    assert sorted(rules) == [1, 2]
+    assert [store.action_of(e)[0] for e in (cls, *rules.values())] == [
+        "ForgiveIngress.disable_trim"
+    ] * 3
+
+
+def test_queue_index_zero_points_the_sessions_at_the_data_queue(session) -> None:
+    switch, _, target = session
+    switch.set_thresholds(2, THRESHOLDS)
+    switch.set_switch_trimming(SwitchTrimming(58, PRIO_LOW))
+    (op,) = target.tm_ops
+    assert op["table"] == MIRROR_CFG and op["key"] == {"$sid": 1}
+    assert (op["data"]["$ucast_egress_port"], op["data"]["$egress_port_queue"]) == (2, QID_LOW)
+
+
+def test_a_bounded_trim_queue_is_a_tm_queue_of_its_own(session) -> None:
+    switch, _, target = session
+    switch.set_thresholds(2, THRESHOLDS)
+    switch.set_trim_queue_bytes(2, 2 * 58)
+    by_table = {op["table"]: op for op in target.tm_ops}
+    assert by_table["tf1.tm.queue.sched_cfg"]["queue"] == {"dev_port": 2, "qid": QID_TRIM}
+    assert by_table["tf1.tm.queue.sched_cfg"]["data"] == {"max_priority": "HIGH"}
+    assert by_table["tf1.tm.queue.buffer"]["data"]["guaranteed_cells"] == cells(116, target.chip)
+    assert by_table[MIRROR_CFG]["data"]["$egress_port_queue"] == QID_TRIM
+
+
+def test_trimmed_but_dropped_is_trimmed_less_sent(session) -> None:
+    switch, store, _ = session
+    ids = {c.preamble.name: c.preamble.id for c in store.p4info.counters}
+    store.counters[ids["ForgiveEgress.port_trims"], 2] = (5, 0)
+    store.counters[ids["ForgiveEgress.port_trim_tx"], 2] = (2, 0)
+    counters = switch.port_counters(2)
+    assert (counters.trims, counters.trim_tx, counters.trim_drops) == (5, 2, 3)

@@ -188,12 +188,17 @@ def test_bad_trimming_is_one_config_error_naming_the_key(trimming, message):
     assert "\n" not in str(err.value)
 
 
-def test_a_tofino_fabric_keeps_the_default_trimming():
-    desc = leaf_spine(size=128)
+def test_a_tofino_fabric_takes_the_same_section_and_the_same_checks():
+    """One parser for every target (tests/test_controller_tofino.py has the entries)."""
+    desc = leaf_spine(size=128, **FROM_TC)
     for spec in desc["switches"].values():
         spec.update(target="tofino", deflect_ports=[0])
         del spec["control"]
-    with pytest.raises(ConfigError, match="the Tofino program has no trimming settings"):
+    fabric = parse(desc)
+    assert fabric.trimming.size == 128
+    assert [fabric.trim_dscp("s1", p) for p in (1, 2)] == [3, 7]
+    desc["trimming"]["size"] = 57
+    with pytest.raises(ConfigError, match=r"trimming\.size must be an integer in 58\.\.9014"):
         parse(desc)
 
 

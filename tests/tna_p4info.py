@@ -22,13 +22,18 @@ MIRROR_ID_BITS = {"tofino": 10, "tofino2": 8}
 
 _Match = p4info_pb2.MatchField
 _P = p4info_pb2.P4Ids
+KEYLESS_SIZE = 1024
+"""What p4c's P4Runtime serializer gives a table that declares no size."""
 
 ACTIONS = {
     "ForgiveIngress.set_nhop": [("dmac", 48), ("port", 9)],
     "ForgiveIngress.set_ecmp_group": [("group_id", 16)],
     "ForgiveIngress.drop": [],
     "ForgiveIngress.set_trim_session": [("session", None)],
+    "ForgiveIngress.disable_trim": [],
     "ForgiveEgress.mark_ce": [],
+    "ForgiveEgress.set_trim_lengths": [("ipv4_total_len", 16), ("udp_len", 16)],
+    "ForgiveEgress.set_trim_dscp": [("dscp", 6)],
     "NoAction": [],
 }
 TABLES = {
@@ -47,6 +52,30 @@ TABLES = {
         ["ForgiveIngress.set_trim_session", "NoAction"],
         512,
     ),
+    "ForgiveIngress.trim_eligibility": (
+        [("hdr.ipv4.dscp", 6, _Match.EXACT)],
+        ["ForgiveIngress.disable_trim", "NoAction"],
+        64,
+    ),
+    "ForgiveIngress.trim_acl": (
+        [
+            ("hdr.ipv4.srcAddr", 32, _Match.TERNARY),
+            ("hdr.ipv4.dstAddr", 32, _Match.TERNARY),
+            ("hdr.ipv4.dscp", 6, _Match.TERNARY),
+        ],
+        ["ForgiveIngress.disable_trim", "NoAction"],
+        256,
+    ),
+    "ForgiveEgress.trim_lengths": (
+        [],
+        ["ForgiveEgress.set_trim_lengths", "NoAction"],
+        KEYLESS_SIZE,
+    ),
+    "ForgiveEgress.trim_dscp": (
+        [("egress_port", 9, _Match.EXACT)],
+        ["ForgiveEgress.set_trim_dscp", "NoAction"],
+        512,
+    ),
     "ForgiveEgress.ecn_marking": (
         [
             ("egress_port", 9, _Match.EXACT),
@@ -62,6 +91,7 @@ COUNTERS = {
     "ForgiveEgress.port_tx": p4info_pb2.CounterSpec.BOTH,
     "ForgiveEgress.port_ce_marks": p4info_pb2.CounterSpec.PACKETS,
     "ForgiveEgress.port_trims": p4info_pb2.CounterSpec.PACKETS,
+    "ForgiveEgress.port_trim_tx": p4info_pb2.CounterSpec.PACKETS,
     "ForgiveEgress.port_drops": p4info_pb2.CounterSpec.PACKETS,
 }
 PROFILE = ("ForgiveIngress.ecmp_profile", 4096, 64, "ForgiveIngress.ecmp_nhop")

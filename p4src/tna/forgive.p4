@@ -11,9 +11,14 @@
  *   BF-RT), and packets bound for it are sent with deflect_on_drop. When the
  *   TM has no room it deflects the packet, instead of dropping it, to the
  *   pipe's deflection port. Egress there sees deflection_flag: FTH DATA is
- *   rewritten as a trimmed header and mirrored, cut to 58 bytes by its mirror
- *   session, to its own port's high queue; anything else is dropped and
+ *   rewritten as a trimmed header and mirrored, cut to the trim size by its
+ *   mirror session, to its own port's trim queue; anything else, and DATA
+ *   that a traffic class or an ACL rule keeps from trimming, is dropped and
  *   counted.
+ * - Trimming is set the way SAI sets it (docs/tofino.md, "Trimming knobs"):
+ *   the size by the mirror session's truncation and trim_lengths, the DSCP
+ *   per egress port in trim_dscp, the queue by the mirror session (BF-RT),
+ *   eligibility in trim_eligibility and trim_acl.
  * - ECN is marked in egress from the depth the packet found when it entered
  *   its queue (enq_qdepth, in cells). The RED ramp between ecn_kmin and
  *   ecn_kmax is a set of depth bands, each with its marking probability, that
@@ -32,15 +37,16 @@
 #include "../include/headers.p4"
 
 /* The TM serves qid 0 first (strict priority, set over BF-RT). Mirrored copies
- * enter queue 0 of their port unless a BF-RT mirror session says otherwise, so
- * the trimmed headers land in the high queue either way. */
+ * enter queue 0 of their port unless the mirror session names another (the
+ * trim queue, set over BF-RT: the data queue, or a bounded queue of its own,
+ * qid 2 at the high queue's priority; controller/tofino.py). */
 const QueueId_t QID_HIGH = 0;
 const QueueId_t QID_LOW = 1;
 
 /* What precedes Ethernet in egress: ingress's bridge, or a trimmed copy's
  * mirror header. Both are PREPENDED_BYTES long, so that port_tx, which can
  * take one constant off what the egress parser saw, counts frames alone; a
- * trim's mirror session keeps PREPENDED_BYTES + TRIMMED_FRAME_BYTES. */
+ * trim's mirror session keeps PREPENDED_BYTES + the trim size. */
 const bit<8> KIND_BRIDGED = 1;
 const bit<8> KIND_TRIMMED = 2;
 const bit<32> PREPENDED_BYTES = 6;
@@ -60,12 +66,14 @@ const bit<32> ECN_BAND_ENTRIES = 1152;
 
 /* Ingress to egress, in front of Ethernet. A deflected packet reaches egress
  * on the deflection port, so the port it was routed to travels with it, and
- * so does the mirror session that takes its trimmed header back there. */
+ * so do the mirror session that takes its trimmed header back there and
+ * whether ingress's eligibility tables let it trim. */
 header bridge_h {
     bit<8>     kind;
     @padding bit<(16 - PORT_ID_WIDTH)> _pad0;
     PortId_t   egress_port;
-    @padding bit<(16 - MIRROR_ID_WIDTH)> _pad1;
+    @padding bit<(15 - MIRROR_ID_WIDTH)> _pad1;
+    bit<1>     trim_disabled;
     MirrorId_t trim_session;
 }
 
@@ -98,6 +106,12 @@ struct ingress_metadata_t {
 
 struct egress_metadata_t {
     MirrorId_t trim_session;
+    /* The lengths of a trimmed packet longer than the trim size: the kept bytes
+     * less the headers in front (trim_lengths; 58 bytes unless set). */
+    bit<16>    trim_ipv4_len;
+    bit<16>    trim_udp_len;
+    /* IPv4 bytes past the trim size, 0 when the packet is no longer than it. */
+    bit<16>    trim_excess;
     /* Uniform in [0, 65535], drawn for every packet that may be marked. */
     bit<16>    mark_draw;
 }
@@ -238,6 +252,7 @@ control ForgiveIngress(inout tna_headers_t hdr,
         hdr.bridge.setValid();
         hdr.bridge.kind = KIND_BRIDGED;
         hdr.bridge.egress_port = ig_tm_md.ucast_egress_port;
+        hdr.bridge.trim_disabled = 0;
         hdr.bridge.trim_session = 0;
     }
 
@@ -262,6 +277,31 @@ control ForgiveIngress(inout tna_headers_t hdr,
         actions = { set_trim_session; NoAction; }
         default_action = NoAction();
         size = NUM_PORTS;
+    }
+
+    /* The packet is dropped, not trimmed, when the TM deflects it: a traffic
+     * class whose packet_discard_action is drop, or an ACL DISABLE_TRIM rule.
+     * Named and keyed as in the v1model program. */
+    action disable_trim() {
+        hdr.bridge.trim_disabled = 1;
+    }
+
+    table trim_eligibility {
+        key = { hdr.ipv4.dscp: exact; }
+        actions = { disable_trim; NoAction; }
+        default_action = NoAction();
+        size = 64;
+    }
+
+    table trim_acl {
+        key = {
+            hdr.ipv4.srcAddr: ternary;
+            hdr.ipv4.dstAddr: ternary;
+            hdr.ipv4.dscp: ternary;
+        }
+        actions = { disable_trim; NoAction; }
+        default_action = NoAction();
+        size = 256;
     }
 
     apply {
@@ -296,7 +336,10 @@ control ForgiveIngress(inout tna_headers_t hdr,
                 send_high();
             } else {
                 send_low();
-                trim_sessions.apply();
+                if (trim_sessions.apply().hit && is_data) {
+                    trim_eligibility.apply();
+                    trim_acl.apply();
+                }
             }
         }
     }
@@ -324,6 +367,9 @@ parser EgressParser(packet_in pkt,
     state start {
         pkt.extract(eg_intr_md);
         meta.trim_session = 0;
+        meta.trim_ipv4_len = TRIMMED_IPV4_TOTAL_LEN;
+        meta.trim_udp_len = TRIMMED_UDP_LEN;
+        meta.trim_excess = 0;
         meta.mark_draw = 0;
         transition select(pkt.lookahead<bit<8>>()) {
             KIND_BRIDGED: parse_bridge;
@@ -379,20 +425,46 @@ control ForgiveEgress(inout tna_headers_t hdr,
 
     Counter<bit<64>, PortId_t>(NUM_PORTS, CounterType_t.PACKETS_AND_BYTES) port_tx;
     Counter<bit<32>, PortId_t>(NUM_PORTS, CounterType_t.PACKETS) port_ce_marks;
+    /* SAI's trim counters: trimmed (at the deflect port, for the port the packet
+     * was routed to) and trimmed and sent (the trimmed header leaving that
+     * port). Trimmed but dropped is their difference: the TM dropped the
+     * header for want of room in the trim queue (docs/tofino.md). */
     Counter<bit<32>, PortId_t>(NUM_PORTS, CounterType_t.PACKETS) port_trims;
+    Counter<bit<32>, PortId_t>(NUM_PORTS, CounterType_t.PACKETS) port_trim_tx;
     Counter<bit<32>, PortId_t>(NUM_PORTS, CounterType_t.PACKETS) port_drops;
 
     Random<bit<16>>() ecn_random;
 
-    /* The deflected DATA becomes its header: TRIMMED set, lengths and the UDP
-     * checksum rewritten (the deparser recomputes the IPv4 checksum), mirrored
-     * to its own port, where the session cuts it to TRIMMED_FRAME_BYTES. The
-     * deflected original goes no further. */
+    /* SAI's switch-wide trim size, as the lengths a trimmed packet longer than it
+     * gets; the mirror sessions cut at the same size. No entry: 58 bytes. */
+    action set_trim_lengths(bit<16> ipv4_total_len, bit<16> udp_len) {
+        meta.trim_ipv4_len = ipv4_total_len;
+        meta.trim_udp_len = udp_len;
+    }
+
+    table trim_lengths {
+        actions = { set_trim_lengths; NoAction; }
+        default_action = NoAction();
+    }
+
+    /* A saturating subtraction: Tofino's gateways do not compare two fields. */
+    action measure_excess() {
+        meta.trim_excess = hdr.ipv4.totalLen |-| meta.trim_ipv4_len;
+    }
+
+    action shorten() {
+        hdr.ipv4.totalLen = meta.trim_ipv4_len;
+        hdr.udp.length = meta.trim_udp_len;
+    }
+
+    /* The deflected DATA becomes its header: TRIMMED set, the UDP checksum 0
+     * (the deparser recomputes the IPv4 checksum; shorten has set the lengths
+     * of what the session keeps), mirrored to its own port, where the session
+     * cuts it to the trim size. The deflected original goes no further. */
     action trim() {
         hdr.fth.flags = hdr.fth.flags | FTH_FLAG_TRIMMED;
-        hdr.ipv4.totalLen = TRIMMED_IPV4_TOTAL_LEN;
-        hdr.udp.length = TRIMMED_UDP_LEN;
         hdr.udp.checksum = 0;
+        port_trims.count(hdr.bridge.egress_port);
         meta.trim_session = hdr.bridge.trim_session;
         eg_dprsr_md.mirror_type = MIRROR_TYPE_TRIM;
 #if __TARGET_TOFINO__ == 2
@@ -402,7 +474,8 @@ control ForgiveEgress(inout tna_headers_t hdr,
         eg_dprsr_md.drop_ctl = 1;
     }
 
-    /* A deflected packet that is not FTH DATA: dropped for space at its own port. */
+    /* A deflected packet that is not FTH DATA, or may not trim: dropped for space
+     * at its own port. */
     action drop_for_space() {
         port_drops.count(hdr.bridge.egress_port);
         eg_dprsr_md.drop_ctl = 1;
@@ -432,8 +505,21 @@ control ForgiveEgress(inout tna_headers_t hdr,
         size = ECN_BAND_ENTRIES;
     }
 
-    action count_trim() {
-        port_trims.count(eg_intr_md.egress_port);
+    /* The trimmed packet's DSCP: one value for every port (the default entry)
+     * or one per egress port (asymmetric DSCP); none keeps the DSCP. */
+    action set_trim_dscp(bit<6> dscp) {
+        hdr.ipv4.dscp = dscp;
+    }
+
+    table trim_dscp {
+        key = { eg_intr_md.egress_port: exact @name("egress_port"); }
+        actions = { set_trim_dscp; NoAction; }
+        default_action = NoAction();
+        size = NUM_PORTS;
+    }
+
+    action count_trim_tx() {
+        port_trim_tx.count(eg_intr_md.egress_port);
     }
 
     /* Bytes as the egress parser saw them, less the bridge or mirror header. */
@@ -447,10 +533,16 @@ control ForgiveEgress(inout tna_headers_t hdr,
         bool markable = is_data && hdr.ipv4.ecn != ECN_NOT_ECT && hdr.ipv4.ecn != ECN_CE;
 
         if (hdr.trimmed.isValid()) {
-            /* A trimmed header, back on its own port's high queue. */
-            count_trim();
+            /* A trimmed header, back on its own port's trim queue. */
+            count_trim_tx();
+            trim_dscp.apply();
         } else if (eg_intr_md.deflection_flag == 1) {
-            if (is_data) {
+            if (is_data && hdr.bridge.trim_disabled == 0) {
+                trim_lengths.apply();
+                measure_excess();
+                if (meta.trim_excess != 0) {
+                    shorten();
+                }
                 trim();
             } else {
                 drop_for_space();
