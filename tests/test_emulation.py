@@ -161,26 +161,42 @@ def test_a_run_killed_outright_is_cleared_by_forgive_clean(tmp_path, clean):
     assert leftovers() == []
 
 
-def test_a_switch_that_dies_ends_the_run_in_one_line(tmp_path, clean):
-    out = tmp_path / "results"
+def _kill_one(marker: str) -> None:
+    """SIGKILL the one process whose command line has `marker` (the fabric lock lets
+    one run at a time exist, so there is exactly one)."""
+    ps = subprocess.run(
+        ["ps", "-eww", "-o", "pid,args"], capture_output=True, text=True, check=True
+    )
+    (pid,) = [int(line.split()[0]) for line in ps.stdout.splitlines() if marker in line]
+    os.kill(pid, signal.SIGKILL)
+
+
+def _end_of_run_after(out: Path, marker: str) -> tuple[subprocess.Popen, str, float]:
+    """Start a run, kill `marker` after the first step; the run, its stderr and how long
+    it took to end after the kill."""
     proc = _start_run(out)
     try:
         _wait_for_first_step(proc, out)
-        ps = subprocess.run(
-            ["ps", "-eww", "-o", "pid,args"], capture_output=True, text=True, check=True
-        )
-        # the fabric lock lets one run at a time exist: its leaf1 is the only one
-        (leaf1,) = [
-            int(line.split()[0])
-            for line in ps.stdout.splitlines()
-            if "switch_model.cli --name leaf1 " in line
-        ]
-        os.kill(leaf1, signal.SIGKILL)
+        _kill_one(marker)
+        killed = time.monotonic()
         _, err = proc.communicate(timeout=120)
+        return proc, err, time.monotonic() - killed
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=60)
+
+
+def test_a_rank_that_dies_ends_the_run_at_once_even_behind_a_live_one(tmp_path, clean):
+    # h3's rank, not the first: the others keep running and would wait for it
+    proc, err, took = _end_of_run_after(tmp_path / "results", "--iface h3-eth0")
+    assert proc.returncode == 1, err
+    assert took < 20, f"the run took {took:.1f} s to notice"
+    assert re.search(r"forgive: 1 rank\(s\) failed, h3 with signal SIGKILL", err), err
+
+
+def test_a_switch_that_dies_ends_the_run_in_one_line(tmp_path, clean):
+    proc, err, _ = _end_of_run_after(tmp_path / "results", "switch_model.cli --name leaf1 ")
     assert proc.returncode == 1, err
     assert "Traceback" not in err, err
     last = err.strip().splitlines()[-1]

@@ -359,9 +359,14 @@ class FabricRun:
         self._stack.callback(progress.close)
         started = time.monotonic()
         deadline = started + self.config.timeout_s
-        while any(p.poll() is None for p in self.trainers.values()):
+        while True:
+            # every trainer polled each time: a rank that failed behind one still running
+            # must end the run now, not at the timeout
+            codes = [p.poll() for p in self.trainers.values()]
+            if all(code is not None for code in codes):
+                break
             self._check_switches()
-            if any(p.returncode for p in self.trainers.values()):
+            if any(codes):
                 break  # the other ranks would only wait for it until their timeout
             if time.monotonic() > deadline:
                 raise RunError(f"run did not finish within {self.config.timeout_s:.0f} s")
