@@ -24,6 +24,7 @@ from p4.config.v1 import p4info_pb2
 
 from controller import DEVICE_CONFIG, P4INFO
 from switch_model import control
+from topologies.ports import free_port as free_tcp_port
 from topologies.processes import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,12 +52,6 @@ def can_use_netns() -> str | None:
 
 def sh(*args: str) -> None:
     subprocess.run(args, check=True, capture_output=True)
-
-
-def free_tcp_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 from mininet.node import Switch
 
 from switch_model import control
+from topologies.ports import free_port
 from topologies.processes import stop_process
 
 UNIX_PATH_MAX = 108
@@ -32,13 +32,6 @@ UNIX_PATH_MAX = 108
 
 OFFLOADS = ("tx", "rx", "tso", "gso", "gro")
 _devices = itertools.count(1)
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (the switch binds it a moment later)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _listening(port: int) -> bool:
