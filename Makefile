@@ -77,6 +77,12 @@ p4:
 # compiler's resource summaries (mau.resources.log: stages, SRAM, TCAM per stage;
 # pa.results.log: PHV) are copied beside it and committed.
 BF_P4C ?= bf-p4c
+# The driver's own assembler step fails in bf-p4c 1.2.5.16 (p4c_src/barefoot.py,
+# checkAndRunCmd, calls str.find on a pathlib.Path), so the driver compiles (-S)
+# and the two steps it would run next are run here: the assembler (bfas: the
+# binary and context.json) and the log summariser (p4c-build-logs: the
+# resource summaries), both installed beside the driver.
+BF_P4C_BIN = $(dir $(realpath $(shell command -v $(BF_P4C))))
 TNA_OUT ?= p4src/tna/build
 TNA_TARGETS ?= tofino tofino2
 p4-tna: setup
@@ -85,13 +91,18 @@ p4-tna: setup
 	        *) echo "p4-tna: unknown target $$target" >&2; exit 1 ;; esac; \
 	    out=$(TNA_OUT)/$$target; rm -rf $$out/compiler; mkdir -p $$out/compiler; \
 	    echo "bf-p4c --target $$target --arch $$arch -> $$out"; \
-	    $(BF_P4C) --target $$target --arch $$arch --std p4-16 --verbose 1 \
+	    $(BF_P4C) --target $$target --arch $$arch --std p4-16 --verbose 1 -S \
 	        -o $$out/compiler --bf-rt-schema $$out/compiler/bf-rt.json \
 	        --p4runtime-files $$out/compiler/forgive.p4info.txt --p4runtime-force-std-externs \
 	        p4src/tna/forgive.p4; \
+	    pipe=$$out/compiler/pipe; \
+	    $(BF_P4C_BIN)bfas --no-warn --target $$target -o $$pipe $$pipe/forgive.bfa; \
+	    $(BF_P4C_BIN)p4c-build-logs $$pipe/context.json -r $$pipe/logs/resources.json \
+	        -p $$pipe/logs/power.json -m $$out/compiler/manifest.json \
+	        -o $$pipe/logs --disable-phv-json; \
 	    cp $$out/compiler/forgive.p4info.txt $$out/forgive.p4info.txtpb; \
-	    cp $$out/compiler/pipe/logs/mau.resources.log $$out/mau.resources.log; \
-	    cp $$out/compiler/pipe/logs/pa.results.log $$out/pa.results.log; \
+	    cp $$pipe/logs/mau.resources.log $$out/mau.resources.log; \
+	    cp $$pipe/logs/pa.results.log $$out/pa.results.log; \
 	    $(BIN)/python -m controller.tofino_pipeline $(TNA_OUT) $$target >/dev/null; \
 	done
 

@@ -106,6 +106,9 @@ struct ingress_metadata_t {
 
 struct egress_metadata_t {
     MirrorId_t trim_session;
+    /* KIND_TRIMMED, set with the mirror request: Tofino's mirror field lists
+     * take metadata, not constants. */
+    bit<8>     trim_kind;
     /* The lengths of a trimmed packet longer than the trim size: the kept bytes
      * less the headers in front (trim_lengths; 58 bytes unless set). */
     bit<16>    trim_ipv4_len;
@@ -304,17 +307,9 @@ control ForgiveIngress(inout tna_headers_t hdr,
         size = 256;
     }
 
+    /* Tofino's gateways test fields, not bool locals computed in actions, so the
+     * conditions are written where they are tested. */
     apply {
-        /* Read only for routed packets, whose IPv4 header is valid. */
-        bool expired = hdr.ipv4.ttl <= 1;
-        bool malformed = ig_prsr_md.parser_err != 0 || meta.ipv4_checksum_err
-                         || hdr.ipv4.ihl != IPV4_IHL_NO_OPTIONS
-                         || (hdr.fth.isValid() && hdr.fth.version != FTH_VERSION);
-        bool is_data = hdr.fth.isValid() && hdr.fth.opcode == FTH_OPCODE_DATA
-                       && (hdr.fth.flags & FTH_FLAG_TRIMMED) == 0;
-        /* ACK, NACK, CNP, and DATA already trimmed upstream. */
-        bool is_control = hdr.fth.isValid() && !is_data;
-
         if (hdr.ipv4.isValid()) {
             if (hdr.udp.isValid()) {
                 use_udp_ports();
@@ -330,15 +325,25 @@ control ForgiveIngress(inout tna_headers_t hdr,
 
         if (meta.routed) {
             bridge();
-            if (expired || malformed) {
+            /* Expired or malformed (the IPv4 header is valid: the packet was routed). */
+            if (hdr.ipv4.ttl <= 1 || ig_prsr_md.parser_err != 0 || meta.ipv4_checksum_err
+                || hdr.ipv4.ihl != IPV4_IHL_NO_OPTIONS
+                || (hdr.fth.isValid() && hdr.fth.version != FTH_VERSION)) {
                 drop_at_port();
-            } else if (is_control) {
+            } else if (hdr.fth.isValid()
+                       && (hdr.fth.opcode != FTH_OPCODE_DATA
+                           || (hdr.fth.flags & FTH_FLAG_TRIMMED) != 0)) {
+                /* Control: ACK, NACK, CNP, and DATA already trimmed upstream. */
                 send_high();
             } else {
                 send_low();
-                if (trim_sessions.apply().hit && is_data) {
-                    trim_eligibility.apply();
-                    trim_acl.apply();
+                /* Tofino applies a table alone in an if: the hit is tested first. */
+                if (trim_sessions.apply().hit) {
+                    /* Not control, so FTH here is untrimmed DATA. */
+                    if (hdr.fth.isValid()) {
+                        trim_eligibility.apply();
+                        trim_acl.apply();
+                    }
                 }
             }
         }
@@ -367,6 +372,7 @@ parser EgressParser(packet_in pkt,
     state start {
         pkt.extract(eg_intr_md);
         meta.trim_session = 0;
+        meta.trim_kind = 0;
         meta.trim_ipv4_len = TRIMMED_IPV4_TOTAL_LEN;
         meta.trim_udp_len = TRIMMED_UDP_LEN;
         meta.trim_excess = 0;
@@ -466,11 +472,8 @@ control ForgiveEgress(inout tna_headers_t hdr,
         hdr.udp.checksum = 0;
         port_trims.count(hdr.bridge.egress_port);
         meta.trim_session = hdr.bridge.trim_session;
+        meta.trim_kind = KIND_TRIMMED;
         eg_dprsr_md.mirror_type = MIRROR_TYPE_TRIM;
-#if __TARGET_TOFINO__ == 2
-        /* Mirror the packet as the deparser writes it, not as it entered egress. */
-        eg_dprsr_md.mirror_io_select = 1;
-#endif
         eg_dprsr_md.drop_ctl = 1;
     }
 
@@ -528,16 +531,21 @@ control ForgiveEgress(inout tna_headers_t hdr,
     }
 
     apply {
-        bool is_data = hdr.fth.isValid() && hdr.fth.opcode == FTH_OPCODE_DATA
-                       && (hdr.fth.flags & FTH_FLAG_TRIMMED) == 0;
-        bool markable = is_data && hdr.ipv4.ecn != ECN_NOT_ECT && hdr.ipv4.ecn != ECN_CE;
-
+#if __TARGET_TOFINO__ == 2
+        /* Mirror the packet as the deparser writes it, not as it entered egress.
+         * Only trim() mirrors, so it is set for every packet: set in trim()
+         * alone, its validity bit left bf-p4c's Tofino 2 PHV allocation with
+         * no container for egress's validity bits. */
+        eg_dprsr_md.mirror_io_select = 1;
+#endif
         if (hdr.trimmed.isValid()) {
             /* A trimmed header, back on its own port's trim queue. */
             count_trim_tx();
             trim_dscp.apply();
         } else if (eg_intr_md.deflection_flag == 1) {
-            if (is_data && hdr.bridge.trim_disabled == 0) {
+            /* Untrimmed FTH DATA that may trim. */
+            if (hdr.fth.isValid() && hdr.fth.opcode == FTH_OPCODE_DATA
+                && (hdr.fth.flags & FTH_FLAG_TRIMMED) == 0 && hdr.bridge.trim_disabled == 0) {
                 trim_lengths.apply();
                 measure_excess();
                 if (meta.trim_excess != 0) {
@@ -547,7 +555,10 @@ control ForgiveEgress(inout tna_headers_t hdr,
             } else {
                 drop_for_space();
             }
-        } else if (markable) {
+        } else if (hdr.fth.isValid() && hdr.fth.opcode == FTH_OPCODE_DATA
+                   && (hdr.fth.flags & FTH_FLAG_TRIMMED) == 0
+                   && hdr.ipv4.ecn != ECN_NOT_ECT && hdr.ipv4.ecn != ECN_CE) {
+            /* Untrimmed ECN-capable DATA, not yet marked. */
             draw();
             ecn_marking.apply();
         }
@@ -574,7 +585,7 @@ control EgressDeparser(packet_out pkt,
             hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
             hdr.ipv4.srcAddr, hdr.ipv4.dstAddr });
         if (eg_dprsr_md.mirror_type == MIRROR_TYPE_TRIM) {
-            trim_mirror.emit<trim_mirror_h>(meta.trim_session, { KIND_TRIMMED, 0 });
+            trim_mirror.emit<trim_mirror_h>(meta.trim_session, { meta.trim_kind, 0 });
         }
         pkt.emit(hdr.ethernet);
         pkt.emit(hdr.ipv4);
