@@ -6,6 +6,8 @@ Each names the value's path in the description (`switches.s1.device_id`,
 
 from __future__ import annotations
 
+import re
+
 from controller.p4info import ConfigError
 
 MAX_BYTES = (1 << 32) - 1
@@ -16,6 +18,20 @@ def show(value) -> str:
     """A value for a one-line message, however long or odd."""
     text = repr(value)
     return text if len(text) <= 60 else f"{text[:50]}...({len(text)} chars)"
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
+
+
+def key_path(where: str, key) -> str:
+    """The path of a key a user chose, for a one-line message: `where.key`, or
+    `where[...]` when the key would break the line or read as more path."""
+    text = str(key)
+    return (
+        f"{where}.{text}"
+        if _PLAIN_KEY.fullmatch(text) and "." not in text
+        else f"{where}[{show(key)}]"
+    )
 
 
 def check_object(value, where: str, allowed: set[str] | tuple[str, ...] | None = None) -> dict:

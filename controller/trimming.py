@@ -31,7 +31,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from controller.checks import MAX_BYTES, check_int, check_object, show
+from controller.checks import MAX_BYTES, check_int, check_object, key_path, show
 from controller.p4info import ConfigError
 from host_agent.wire import MAX_DSCP
 from switch_model.port import PRIO_HIGH, PRIO_LOW
@@ -209,10 +209,10 @@ def parse(section, where: str = "trimming") -> Trimming:
     for name, pairs in check_object(
         values.get("tc_to_dscp_map", {}), f"{where}.tc_to_dscp_map"
     ).items():
-        at = f"{where}.tc_to_dscp_map.{name}"
+        at = key_path(f"{where}.tc_to_dscp_map", name)
         entries = tuple(
             sorted(
-                (_number_key(tc, at, MAX_TC), check_int(dscp, f"{at}.{tc}", 0, MAX_DSCP))
+                (_number_key(tc, at, MAX_TC), check_int(dscp, key_path(at, tc), 0, MAX_DSCP))
                 for tc, dscp in check_object(pairs, at).items()
             )
         )
@@ -222,7 +222,9 @@ def parse(section, where: str = "trimming") -> Trimming:
     bindings = []
     for port, name in check_object(values.get("port_qos_map", {}), f"{where}.port_qos_map").items():
         if not isinstance(name, str) or name not in dict(maps):
-            raise ConfigError(f"{where}.port_qos_map.{port}: no tc_to_dscp_map {show(name)}")
+            raise ConfigError(
+                f"{key_path(where + '.port_qos_map', port)}: no tc_to_dscp_map {show(name)}"
+            )
         bindings.append((port, name))
     if from_tc and not bindings:
         raise ConfigError(f'{where}.port_qos_map: dscp_value "from-tc" needs a map bound to ports')
@@ -249,7 +251,7 @@ def parse(section, where: str = "trimming") -> Trimming:
         at = f"{where}.packet_discard_action"
         number = _number_key(dscp, at, MAX_DSCP)
         if action not in DISCARD_ACTIONS:
-            raise ConfigError(f'{at}.{dscp} must be "drop" or "trim", got {show(action)}')
+            raise ConfigError(f'{key_path(at, dscp)} must be "drop" or "trim", got {show(action)}')
         discard.append((number, action))
     rules = values.get("disable_trim", [])
     if not isinstance(rules, list):

@@ -119,6 +119,12 @@ def test_failed_run_is_torn_down(tmp_path, clean):
     assert "forgive: " in proc.stderr.splitlines()[-1]
 
 
+def _as_in_a_terminal() -> None:
+    """Ctrl-C as a terminal delivers it: a test runner started in the background (as
+    CI may start it) ignores SIGINT, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_run(out: Path) -> subprocess.Popen:
     """A 20-step `forgive run` in the background, its output captured."""
     return subprocess.Popen(
@@ -126,6 +132,7 @@ def _start_run(out: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_in_a_terminal,
     )
 
 
