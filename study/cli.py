@@ -27,7 +27,7 @@ from study.variants import BY_NAME, VARIANTS, Variant
 from topologies.cache import RunCache, run_cached
 from topologies.fabric import FabricError
 from topologies.options import fabric_from
-from topologies.runner import ENGINES, JOBS, RunConfig, RunError
+from topologies.runner import ENGINES, JOBS, RunConfig, RunError, say
 from topologies.sweep import run_one
 
 DEFAULT_SEEDS = (1, 2, 3)
@@ -134,10 +134,6 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
     return setup, [v for v in VARIANTS if v.name in names]
 
 
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def _describe(setup: Setup, planned: list[tuple[Variant, RunConfig]], cache: RunCache) -> str:
     cached = sum(1 for _, c in planned if cache.get(c) is not None)
     worst, nb = setup.worst, setup.nonblocking
@@ -160,7 +156,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     cache = RunCache(args.cache)
     out = args.out or Path("results") / f"study-note-{time.strftime('%Y%m%d-%H%M%S')}"
-    _say(_describe(setup, planned, cache))
+    say(_describe(setup, planned, cache))
     started = time.monotonic()
     try:
         results = run_cached(
@@ -169,7 +165,7 @@ def main(args: argparse.Namespace) -> int:
             RUNNER,
             fresh=args.fresh,
             workers=args.workers,
-            say=_say,
+            say=say,
         )
     except RunError as err:
         print(f"forgive study: {err}", file=sys.stderr)
@@ -193,5 +189,5 @@ def main(args: argparse.Namespace) -> int:
     }
     table = report.write(out, judge(CLAIMS, runs), runs, meta)
     print(table)
-    _say(f"\nwall time {wall:.0f} s; results: {out} (table.txt, study.json, *.png)")
+    say(f"\nwall time {wall:.0f} s; results: {out} (table.txt, study.json, *.png)")
     return 0

@@ -28,7 +28,7 @@ from topologies.fabric import PRESETS, FabricError, FabricSpec
 from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock
 from topologies.options import fabric_from
 from topologies.report import write_results
-from topologies.runner import ENGINES, JOBS, RunConfig, RunError, require_root
+from topologies.runner import ENGINES, JOBS, RunConfig, RunError, require_root, say
 from topologies.sweep import run_all, run_one
 
 DEFAULT_POLICIES = ("tight", "forgive", "dcqcn", "shed")
@@ -182,10 +182,6 @@ def _describe(config: RunConfig) -> str:
     )
 
 
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def clean() -> int:
     """As `mn -c` for Mininet: a run killed outright cannot tear its fabric down, and
     `forgive run` clears such leftovers itself; this does it on demand, never under a
@@ -262,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "cache", None) is not None:
             cache = RunCache(args.cache)
-            runs = run_cached(configs, cache, run_one, fresh=args.fresh, workers=workers, say=_say)
+            runs = run_cached(configs, cache, run_one, fresh=args.fresh, workers=workers, say=say)
             link_runs(out, configs, cache)
         else:
             runs = run_all(configs, out, workers=workers, dask=dask)

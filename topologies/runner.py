@@ -182,8 +182,9 @@ def require_root() -> None:
         raise RunError("mnexec not found: install Debian's mininet package (make setup does)")
 
 
-def _say(line: str) -> None:
-    print(f"forgive: {line}", file=sys.stderr, flush=True)
+def say(line: str) -> None:
+    """One progress or status line on stderr, at once (the commands' one way to talk)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -441,10 +442,14 @@ def run_once(config: RunConfig, out_dir: Path, label: str = "") -> RunResult:
     Whatever happens, the trainers, switches and links are gone when it returns."""
     config.validate()
     require_root()
-    with sigterm_as_interrupt(), fabric_lock(_say), FabricRun(config, out_dir, label) as run:
+    with (
+        sigterm_as_interrupt(),
+        fabric_lock(lambda line: say(f"forgive: {line}")),
+        FabricRun(config, out_dir, label) as run,
+    ):
         cleared = clear_leftovers()
         if cleared:
-            _say(f"removed what a killed run left behind: {', '.join(cleared)}")
+            say(f"forgive: removed what a killed run left behind: {', '.join(cleared)}")
         run.build()
         run.configure()
         run.start()
