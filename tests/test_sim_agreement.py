@@ -24,7 +24,7 @@ pytestmark = [
 ]
 FORGIVE = [sys.executable, "-m", "topologies.cli"]
 JOB = ["compare", "--fabric", "2to1", "--policies", "tight,forgive", "--seeds", "1"]
-JOB += ["--steps", "6", "--grad-mib", "32", "--timeout", "300"]
+JOB += ["--steps", "6", "--timeout", "300"]
 EMULATION_RATES = ["--host-link-mbps", "20", "--byte-scale", "64"]
 TRIM_POINTS, FORGIVEN_POINTS = 3.0, 2.0
 
