@@ -24,7 +24,12 @@ pytestmark = [
 FORGIVE = [sys.executable, "-m", "topologies.cli"]
 SHORT = ["--steps", "3", "--grad-mib", "32", "--timeout", "120"]
 OUR_INTERFACES = re.compile(r"\b(?:leaf|spine)\d+-eth\d+")
-OUR_PROCESSES = re.compile(r"switch_model\.cli|workload\.train|simple_switch_grpc")
+OUR_PROCESSES = re.compile(
+    r"(?:switch_model\.cli|simple_switch_grpc) .*-i \d+[=@](?:leaf|spine)\d+-eth\d+"
+    r"|workload\.train --iface h\d+-eth0"
+)
+"""A run's switch and trainer processes: bound to the fabric's interfaces (other tests,
+beside these on another worker, start switches and trainers of their own)."""
 
 
 def leftovers() -> list[str]:
@@ -32,7 +37,7 @@ def leftovers() -> list[str]:
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
     names = sorted(set(OUR_INTERFACES.findall(links)))
     ps = subprocess.run(
-        ["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True
+        ["ps", "-eww", "-o", "pid,args"], capture_output=True, text=True, check=True
     ).stdout
     procs = [line.strip() for line in ps.splitlines() if OUR_PROCESSES.search(line)]
     return names + procs
