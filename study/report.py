@@ -16,14 +16,15 @@ VERDICT_RULE = (
     "direction: the median over seeds lies on the side of the reference the note claims (or "
     "inside its band); x2: the median's distance from 0 (ratios: log distance from 1) is "
     "within a factor of two of the note's mid-range value, or for a band every seed lies within "
-    "twice it; n/a: the note gives no number; -: no run measured it."
+    "twice it; n/a: the note gives no number; -: no run measured it; undefined: the runs "
+    "give it no value (a ratio over zero)."
 )
 
 
 def _range(values: Mapping[int, float | None]) -> str:
     present = [x for x in values.values() if x is not None]
     if not present:
-        return "-"
+        return f"undefined ({len(values)})" if values else "-"
     lo, hi = number(min(present)), number(max(present))
     span = lo if lo == hi else f"{lo}..{hi}"
     return f"{span} ({len(present)})"

@@ -226,3 +226,14 @@ def test_the_report_writes_a_table_json_and_plots(tmp_path):
     assert first["values"] == {"1": 10.0, "2": 10.0, "3": 10.0} and first["direction"] is True
     for name in ("allreduce_cdf.png", "trims_per_fifth.png", "time_saved.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_figure_the_runs_leave_without_value_reads_undefined_not_unmeasured():
+    from study import report
+
+    measured = Claim("a", "zero over zero", "R", "q", (10.0, 10.0), ABOVE, 1.0, lambda r: {1: None})
+    missing = Claim("b", "never run", "R", "q", (10.0, 10.0), ABOVE, 1.0, lambda r: {})
+    rows = report.format_table(judge([measured, missing], {})).splitlines()
+    assert "undefined (1)" in next(line for line in rows if "zero over zero" in line)
+    never = next(line for line in rows if "never run" in line).split()
+    assert never[-4:] == ["-", "-", "-", "-"]
