@@ -134,8 +134,9 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
     return setup, [v for v in VARIANTS if v.name in names]
 
 
-def _describe(setup: Setup, planned: list[tuple[Variant, RunConfig]], cache: RunCache) -> str:
-    cached = sum(1 for _, c in planned if cache.get(c) is not None)
+def _describe(
+    setup: Setup, planned: list[tuple[Variant, RunConfig]], cached: int, cache: RunCache
+) -> str:
     worst, nb = setup.worst, setup.nonblocking
     return (
         f"study note: {len(planned)} runs ({cached} in the cache {cache.root}); worst fabric "
@@ -156,7 +157,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
     cache = RunCache(args.cache)
     out = args.out or Path("results") / f"study-note-{time.strftime('%Y%m%d-%H%M%S')}"
-    say(_describe(setup, planned, cache))
+    present = sum(1 for _, c in planned if cache.get(c) is not None)
+    cached = 0 if args.fresh else present
+    say(_describe(setup, planned, present, cache))
     started = time.monotonic()
     try:
         results = run_cached(
@@ -183,11 +186,16 @@ def main(args: argparse.Namespace) -> int:
         "seeds": list(setup.seeds),
         "baseline_seeds": list(setup.baseline_seeds),
         "wall_time_s": wall,
+        "runs_made": len(planned) - cached,
+        "runs_from_cache": cached,
         "runs": {
             name: [str(cache.folder(c)) for v, c in planned if v.name == name] for name in runs
         },
     }
     table = report.write(out, judge(CLAIMS, runs), runs, meta)
     print(table)
-    say(f"\nwall time {wall:.0f} s; results: {out} (table.txt, study.json, *.png)")
+    say(
+        f"\nwall time {wall:.0f} s for {len(planned) - cached} runs ({cached} more from the "
+        f"cache); results: {out} (table.txt, study.json, *.png)"
+    )
     return 0

@@ -60,6 +60,7 @@ def test_every_variant_runs_once_and_the_table_follows(tmp_path, stand_in_engine
     calls = (tmp_path / "cache" / "calls").read_text().splitlines()
     assert len(calls) == 2 * len(VARIANTS)
     assert "study note: 30 runs (0 in the cache" in out.err
+    assert "s for 30 runs (0 more from the cache)" in out.err
     row = next(line for line in out.out.splitlines() if "forgive: training time vs tight" in line)
     assert "-16.7..-16.1" in row and "-15.8..-15.7 (2)" in row  # (84+s)/(100+s) - 1
     doc = json.loads((tmp_path / "out" / "study.json").read_text())
@@ -68,7 +69,10 @@ def test_every_variant_runs_once_and_the_table_follows(tmp_path, stand_in_engine
     # again: everything from the cache, nothing run
     assert study(tmp_path) == 0
     assert len((tmp_path / "cache" / "calls").read_text().splitlines()) == len(calls)
-    assert "(30 in the cache" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "(30 in the cache" in err and "s for 0 runs (30 more from the cache)" in err
+    doc = json.loads((tmp_path / "out" / "study.json").read_text())
+    assert (doc["runs_made"], doc["runs_from_cache"]) == (0, 30)
 
 
 def test_worker_processes_give_what_one_process_gives(tmp_path, stand_in_engine):
