@@ -78,3 +78,21 @@ def test_a_second_run_waits_for_the_first(tmp_path):
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
     assert float(out.split()[-1]) >= released
+
+
+def test_a_port_that_went_with_its_namespace_meanwhile_is_no_error(monkeypatch):
+    """Listed, then gone before its turn (a host namespace ended and took its veth pairs)."""
+    from topologies import leftovers
+
+    subprocess.run(
+        ["ip", "link", "add", "leaf8-eth2", "type", "veth", "peer", "name", "spine8-eth1"],
+        check=True,
+    )
+    try:
+        listed = {"leaf8-eth1": "", "leaf8-eth2": "spine8-eth1", "spine8-eth1": "leaf8-eth2"}
+        monkeypatch.setattr(leftovers, "our_interfaces", lambda: listed)
+        monkeypatch.setattr(leftovers, "our_processes", dict)
+        assert leftovers.clear_leftovers() == ["veth leaf8-eth2 and its peer spine8-eth1"]
+        assert not {"leaf8-eth2", "spine8-eth1"} & set(our_interfaces())
+    finally:
+        subprocess.run(["ip", "link", "del", "leaf8-eth2"], capture_output=True)

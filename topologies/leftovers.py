@@ -139,7 +139,13 @@ def clear_leftovers() -> list[str]:
     for name, peer in our_interfaces().items():
         if name in deleted:
             continue  # went with its peer
-        subprocess.run(["ip", "link", "del", name], capture_output=True, check=True)
+        gone = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True)
+        if gone.returncode != 0:
+            # A host namespace whose last process just ended takes its veths, and their
+            # switch-side peers, with it: listed a moment ago, not there now.
+            if (Path("/sys/class/net") / name).exists():
+                raise RuntimeError(f"cannot remove {name}: {gone.stderr.strip()}")
+            continue
         deleted |= {name, peer}
         removed.append(f"veth {name}" + (f" and its peer {peer}" if peer else ""))
     return removed
