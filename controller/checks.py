@@ -20,18 +20,15 @@ def show(value) -> str:
     return text if len(text) <= 60 else f"{text[:50]}...({len(text)} chars)"
 
 
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_:-]{1,40}")
+"""A key that reads as one path component: no dot, no space, nothing that breaks a line."""
 
 
 def key_path(where: str, key) -> str:
     """The path of a key a user chose, for a one-line message: `where.key`, or
     `where[...]` when the key would break the line or read as more path."""
     text = str(key)
-    return (
-        f"{where}.{text}"
-        if _PLAIN_KEY.fullmatch(text) and "." not in text
-        else f"{where}[{show(key)}]"
-    )
+    return f"{where}.{text}" if _PLAIN_KEY.fullmatch(text) else f"{where}[{show(key)}]"
 
 
 def check_object(value, where: str, allowed: set[str] | tuple[str, ...] | None = None) -> dict:
