@@ -543,7 +543,7 @@ class Endpoint:
                 totals[f"tx_{key}"] += state[key]
             dst = socket.inet_ntoa(flow.peer)
             reason = (
-                f"{self.config.max_timeouts} retransmission timeouts in a row,"
+                f"{self.config.max_timeouts} retransmission timeout rounds in a row,"
                 f" {state['acked_bytes']} of {flow.size} bytes acknowledged"
             )
             self._emit(

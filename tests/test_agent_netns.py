@@ -436,7 +436,7 @@ def test_a_flow_to_a_silent_peer_fails_visibly(lab):
     tx = start_agent(lab, a, *fast)
     ok(tx.call("send", bytes(50_000), dst=b.ip, flow=5, traffic_class="other"))
     event, _ = done(tx, "flow_failed", 5)
-    assert event["dst"] == b.ip and event["acked_bytes"] == 0 and event["rtos"] == 3
+    assert event["dst"] == b.ip and event["acked_bytes"] == 0 and event["rtos"] >= 3
     assert ok(tx.call("stats"))["counters"]["flows_failed"] == 1
     assert [r["flow"] for r in records(lab, "a.jsonl") if r["type"] == "flow_failed"] == [5]
     trainer = [sys.executable, "-m", "workload.train", "--iface", a.iface, *fast]

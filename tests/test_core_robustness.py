@@ -117,14 +117,30 @@ def test_sender_gives_up_after_max_timeouts_without_progress():
     tx.open_flow(1, 8 * K, now=0.0)
     sent = drive(tx, until=10.0)
     state = tx.flow_state(1)
-    assert state["failed"] and not state["done"] and state["rtos"] == 4
-    assert sent > 8  # resent on the first three timeouts, then nothing
+    assert state["failed"] and not state["done"] and state["rtos"] >= 4
+    assert sent > 8  # resent on the first three timeout rounds, then nothing
     assert tx.next_deadline() is None and tx.poll(100.0) == []
     assert tx.take_failed() == [1] and tx.take_failed() == []
     assert tx.take_completed() == []
     tx.receive(ack(1, 8 * K, 0, K), 100.0)  # too late: the flow stays failed
     assert tx.flow_state(1)["failed"] and not tx.flow_state(1)["done"]
     assert tx.rejected == {"failed_flow": 1}
+
+
+def test_a_burst_expiring_segment_by_segment_is_one_timeout_round():
+    """A window of segments sent back to back at 1 Gb/s times out one segment at a time once
+    the timeout stops growing; giving up must still take every backed-off round."""
+    tx = ForgiveSender(DcqcnParams(line_rate_bps=1e9), rto=1e-3, rto_max=4e-3, max_timeouts=6)
+    tx.open_flow(1, 64 * K, now=0.0)
+    now = 0.0
+    tx.poll(now)
+    while not tx.take_failed():
+        now = tx.next_deadline()
+        assert now is not None
+        tx.poll(now)
+    rounds = sum(min(1e-3 * 2**k, 4e-3) for k in range(5))  # five rounds, the sixth gives up
+    assert now >= rounds
+    assert tx.flow_state(1)["rtos"] > 6  # segments expired one by one, each resent
 
 
 def test_any_progress_resets_the_timeout_count():

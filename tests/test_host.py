@@ -265,8 +265,8 @@ def test_a_flow_nobody_acknowledges_fails_once_and_stops():
     assert isinstance(failed, FlowFailed) and failed.flow == 11 and failed.dst == "10.0.0.2"
     assert (
         failed.acked_bytes == 0
-        and failed.rtos == 3
-        and "3 retransmission timeouts" in failed.reason
+        and failed.rtos >= 3
+        and "3 retransmission timeout rounds in a row" in failed.reason
     )
     assert sent > 5 and sender.datagrams_to_send(now + 1.0) == []
     assert sender.summary()["flows_failed"] == 1

@@ -81,7 +81,11 @@ class TxFlow:
     nacks: int = 0
     rtos: int = 0
     timeouts_in_a_row: int = 0
-    """Timeouts since the last acknowledged byte; `max_timeouts` of them fail the flow."""
+    """Timeout rounds since the last acknowledged byte; `max_timeouts` of them fail the flow."""
+    round_ends: float = 0.0
+    """Expiries before this time belong to the current timeout round. Each segment keeps its
+    own timer, so the segments of one burst expire one after another; counted singly, a
+    burst of 15 would fail a flow within one backed-off timeout of silence."""
     failed: bool = False
     stopped: bool = False
     """Done or failed: nothing more is sent and no timer runs."""
@@ -128,7 +132,7 @@ class ForgiveSender:
 
     The NIC is paced at the line rate and each flow at its DCQCN rate; the
     retransmission timeout backs off exponentially per flow and resets on progress.
-    After `max_timeouts` timeouts in a row with no byte acknowledged, a flow fails:
+    After `max_timeouts` timeout rounds in a row with no byte acknowledged, a flow fails:
     it stops, `flow_state` says `failed`, and `take_failed` reports it once.
 
     Every feedback packet it drops is counted once in `rejected`, by reason:
@@ -321,7 +325,8 @@ class ForgiveSender:
         return FTH_STRUCT.pack(_VO_DATA, flags, hi - lo, flow.flow_id, lo, flow.size) + payload
 
     def _check_rto(self, flow: TxFlow, now: float) -> None:
-        """Resend only the segments whose timer expired; back off once per expiry."""
+        """Resend only the segments whose timer expired; back off once per expiry, and
+        count toward giving up once per round."""
         order = flow.sent_order
         expired = False
         while order:
@@ -341,11 +346,15 @@ class ForgiveSender:
             expired = True
         if expired:
             flow.rtos += 1
-            flow.timeouts_in_a_row += 1
-            if flow.timeouts_in_a_row >= self.max_timeouts:
-                self._fail(flow, now)
-                return
+            new_round = now >= flow.round_ends
+            if new_round:
+                flow.timeouts_in_a_row += 1
+                if flow.timeouts_in_a_row >= self.max_timeouts:
+                    self._fail(flow, now)
+                    return
             flow.rto = min(flow.rto * 2, self.rto_max)
+            if new_round:
+                flow.round_ends = now + flow.rto
             self._schedule(flow, now)
         if order:
             flow.rto_armed = True
@@ -440,6 +449,7 @@ class ForgiveSender:
             flow.acked_bytes += fresh
             flow.rto = flow.path.rto
             flow.timeouts_in_a_row = 0
+            flow.round_ends = 0.0
             if flow.acked.una >= flow.size and not flow.done:
                 flow.done = flow.stopped = True
                 flow.finished = now
