@@ -611,6 +611,8 @@ _SEND_FIELDS = (
     "mode_changes",
     "exempt_time",
     "obeying_again_time",
+    "rtt_max",
+    "late_acks",
 )
 
 

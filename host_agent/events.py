@@ -36,6 +36,11 @@ class SendDone:
     exempt_time: float
     obeying_again_time: float = 0.0
     """Time spent obeying congestion control after the flow's exemption first began."""
+    rtt_max: float = 0.0
+    """The longest round trip sampled from a segment sent once."""
+    late_acks: int = 0
+    """Resent segments acknowledged too soon to be the resend: the earlier copy was late,
+    not lost."""
 
     kind = "send_done"
 

@@ -105,6 +105,21 @@ def test_rto_resends_a_lost_packet_with_exponential_backoff():
     assert tx.flow_state(1)["done"] and tx.next_deadline() is None
 
 
+def test_an_ack_too_soon_for_the_resend_is_counted_late_and_rtts_are_kept():
+    tx = sender(rto=1e-3, rto_max=1e-3)
+    tx.open_flow(1, 3 * K, now=0.0)
+    drain(tx, until=1e-5)  # all three segments leave at once
+    tx.receive(ack(1, K, 0, K), 0.4e-3)  # segment 0: one round trip of 0.4 ms
+    assert len(tx.poll(1.01e-3)) == 1  # segments 1 and 2 time out; 1 is resent at once
+    tx.receive(ack(1, 2 * K, K, K), 1.1e-3)  # 0.09 ms after its resend: the first copy's ACK
+    tx.receive(nack(1, 2 * K, K, 2 * K), 1.1e-3)  # segment 2 was trimmed: resent on request
+    drain(tx, until=1.2e-3)
+    tx.receive(ack(1, 3 * K, 2 * K, K), 1.7e-3)  # a full round trip after its resend
+    state = tx.flow_state(1)
+    assert state["done"] and state["late_acks"] == 1
+    assert state["rtt_max"] == pytest.approx(0.4e-3)
+
+
 def test_acked_packet_never_times_out():
     tx = sender(rto=1e-3)
     tx.open_flow(1, 2 * K, now=0.0)

@@ -177,6 +177,8 @@ def collect(
         ce_marks=switch_total["ce_marks"],
         cnps=sum(r["cnps"] for r in sends),
         rtos=sum(r["rtos"] for r in sends),
+        late_acks=sum(r["late_acks"] for r in sends),
+        rtt_max_s=max((r["rtt_max"] for r in sends), default=0.0),
         # The first change is a flow's start of exemption; every later one is a toggle.
         exemption_toggles=[r["mode_changes"] - 1 for r in sends if r["mode_changes"] >= 1],
         tp_completion_s=[r["duration"] for r in recvs if r["traffic_class"] == "tensor-parallel"],

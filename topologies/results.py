@@ -80,6 +80,11 @@ class RunResult:
     trimmed_bytes: dict[str, int] = field(default_factory=dict)
     """Bytes that reached receivers as trimmed headers, from `eligible` (exemption-eligible)
     flows and from `other` flows."""
+    late_acks: int = 0
+    """Resent segments acknowledged sooner than any round trip could bring the resend's
+    ACK: the earlier copy was late, not lost (summed over the flows sent)."""
+    rtt_max_s: float = 0.0
+    """The longest round trip any sender sampled, on the run's clock."""
     companion: dict[str, Any] | None = None
     """A second training job that shared the fabric (RunConfig.companion): its own RunResult
     as JSON, collected from its hosts' records; the switch counters are the fabric's."""
@@ -109,6 +114,8 @@ class RunResult:
             "ce_marks": self.ce_marks,
             "cnps": self.cnps,
             "rtos": self.rtos,
+            "late_acks": self.late_acks,
+            "rtt_max_ms": 1e3 * self.rtt_max_s,
             "toggles_per_exempt_flow": (
                 statistics.fmean(self.exemption_toggles) if self.exemption_toggles else 0.0
             ),

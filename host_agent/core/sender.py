@@ -49,6 +49,7 @@ class PathTiming:
     rto: float
     srtt: float | None = None
     rttvar: float = 0.0
+    rtt_min: float | None = None
 
 
 @dataclass
@@ -80,6 +81,11 @@ class TxFlow:
     cnps_ignored: int = 0
     nacks: int = 0
     rtos: int = 0
+    rtt_max: float = 0.0
+    """The longest round trip sampled (segments sent once only)."""
+    late_acks: int = 0
+    """ACKs of a resent segment that came sooner after the resend than the path's shortest
+    round trip: they answer an earlier copy, so that resend was not needed."""
     timeouts_in_a_row: int = 0
     """Timeout rounds since the last acknowledged byte; `max_timeouts` of them fail the flow."""
     round_ends: float = 0.0
@@ -117,6 +123,8 @@ class TxFlow:
             "nacks": self.nacks,
             "rtos": self.rtos,
             "srtt": self.path.srtt,
+            "rtt_max": self.rtt_max,
+            "late_acks": self.late_acks,
             "rto": self.rto,
             "rate_cuts": self.rate.cuts,
             "mode_changes": self.mode_changes,
@@ -462,6 +470,8 @@ class ForgiveSender:
     def _sample_rtt(self, flow: TxFlow, rtt: float) -> None:
         """RFC 6298's estimator; `rto` is both the initial and the smallest timeout."""
         path = flow.path
+        flow.rtt_max = max(flow.rtt_max, rtt)
+        path.rtt_min = rtt if path.rtt_min is None else min(path.rtt_min, rtt)
         if path.srtt is None:
             path.srtt, path.rttvar = rtt, rtt / 2
         else:
@@ -471,9 +481,13 @@ class ForgiveSender:
 
     def _on_ack(self, flow: TxFlow, rcv_nxt: int, lo: int, length: int, now: float) -> None:
         segment = flow.inflight.get(lo) if length else None
-        if segment is not None and segment[0] == lo + length and not segment[2]:
-            # Karn: only a segment sent once gives an unambiguous sample.
-            self._sample_rtt(flow, now - segment[1])
+        if segment is not None and segment[0] == lo + length:
+            age = now - segment[1]
+            if not segment[2]:
+                # Karn: only a segment sent once gives an unambiguous sample.
+                self._sample_rtt(flow, age)
+            elif flow.path.rtt_min is not None and age < flow.path.rtt_min:
+                flow.late_acks += 1
         self._settle(flow, 0, rcv_nxt, now)
         if length:
             self._settle(flow, lo, lo + length, now)
