@@ -7,14 +7,14 @@ drains each readable socket in a bounded batch through the pipeline, then
 serves every busy port for as long as its port model lets frames leave.
 
 Time is the kernel's: each frame goes through the pipeline at the moment the
-kernel received it (SO_TIMESTAMPNS), after the departures that were due by
-then, so a loop that the operating system schedules late still admits, trims
+kernel received it (its receive ring holds the time, `switch_model.rxring`),
+after the departures that were due by then, so a loop that the operating system schedules late still admits, trims
 and marks each frame against the queue as it stood when the frame arrived,
 as a simulator driving the same classes on its virtual clock would.
 
-Frames the kernel drops because a port's socket buffer is full never reach
+Frames the kernel drops because a port's receive ring is full never reach
 the pipeline; the socket counts them (PACKET_STATISTICS) and `stats` reports
-them among the refused frames.
+them among the refused frames, as it does frames too long for a ring slot.
 """
 
 from __future__ import annotations
@@ -32,39 +32,37 @@ from collections import Counter
 from switch_model.counters import NUM_PORTS, CounterArrays
 from switch_model.pipeline import Pipeline
 from switch_model.port import PRIO_HIGH, PRIO_LOW, EgressPort
+from switch_model.rxring import RxRing
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
-SO_TIMESTAMPNS = 35
-_TIMESPEC = struct.Struct("qq")
-STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
 _TPACKET_STATS = struct.Struct("II")
 """struct tpacket_stats: packets, drops since the last read (reading resets both)."""
 RX_BATCH = 64
-MAX_FRAME = 65536
 IDLE_WAKE_S = 0.05
 SOCKET_BUFFER = 8 << 20
 SOCKET_DROP = "socket buffer full"
+OVERSIZED = "frame longer than a ring slot"
 
 log = logging.getLogger(__name__)
 
 
-def open_port_socket(ifname: str) -> socket.socket:
-    """A non-blocking raw socket that sees only frames arriving on `ifname`, not its own sends."""
+def open_port_socket(ifname: str) -> tuple[socket.socket, RxRing]:
+    """A non-blocking raw socket that sees only frames arriving on `ifname`, not its own
+    sends, and receives them into its ring."""
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     try:
         sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+        ring = RxRing(sock)
         sock.bind((ifname, ETH_P_ALL))
         sock.setblocking(False)
     except OSError:
         sock.close()
         raise
-    return sock
+    return sock, ring
 
 
 def socket_drops(sock: socket.socket) -> int:
@@ -80,6 +78,7 @@ class Dataplane:
         self.ifnames = dict(interfaces)
         self.ports = {n: EgressPort(n) for n in interfaces}
         self.sockets: dict[int, socket.socket] = {}
+        self.rings: dict[int, RxRing] = {}
         self.counters = CounterArrays(counter_size)
         self.pipeline = Pipeline(self.ports, self.counters, seed)
         self.rx_frames = 0
@@ -93,15 +92,18 @@ class Dataplane:
         """Bind every port's socket, failing on the first interface that does not exist."""
         try:
             for number, ifname in self.ifnames.items():
-                self.sockets[number] = open_port_socket(ifname)
+                self.sockets[number], self.rings[number] = open_port_socket(ifname)
         except OSError as err:
             self.close()
             raise OSError(f"cannot open interface {ifname}: {err.strerror}") from err
 
     def close(self) -> None:
         with self._stats_lock:
+            for ring in self.rings.values():
+                ring.close()
             for sock in self.sockets.values():
                 sock.close()
+            self.rings.clear()
             self.sockets.clear()
 
     def start(self) -> None:
@@ -136,11 +138,10 @@ class Dataplane:
     def run(self) -> None:
         poller = select.epoll()
         by_fd = {}
-        for sock in self.sockets.values():
+        for number, sock in self.sockets.items():
             poller.register(sock.fileno(), select.EPOLLIN)
-            by_fd[sock.fileno()] = sock
-        buf = bytearray(MAX_FRAME)
-        bufs = [buf]
+            by_fd[sock.fileno()] = (sock, self.rings[number].take)
+        failed = select.EPOLLERR | select.EPOLLHUP
         process = self.pipeline.process
         transmit = self._transmit
         busy: set[EgressPort] = set()
@@ -148,7 +149,6 @@ class Dataplane:
         """The earliest departure any busy port is waiting for."""
         monotonic = time.monotonic
         wall = time.time
-        unpack_stamp = _TIMESPEC.unpack
         try:
             while not self._stop.is_set():
                 timeout = IDLE_WAKE_S
@@ -157,25 +157,17 @@ class Dataplane:
                 events = poller.poll(timeout)
                 now = monotonic()
                 skew = wall() - now
-                for fd, _ in events:
-                    recvmsg_into = by_fd[fd].recvmsg_into
-                    for _ in range(RX_BATCH):
-                        try:
-                            n, stamps, _, _ = recvmsg_into(bufs, STAMP_SPACE)
-                        except BlockingIOError:
-                            break
-                        except OSError as err:
-                            self._receive_failed(poller, fd, err)
-                            break
+                for fd, mask in events:
+                    sock, take = by_fd[fd]
+                    if mask & failed:
+                        self._socket_error(poller, sock)
+                    for frame, stamp in take(RX_BATCH):
                         # The kernel's receive time, so that a frame is admitted against the
                         # queue as it stood when the frame arrived, however late this loop is.
-                        arrived = now
-                        if stamps:
-                            sec, nsec = unpack_stamp(stamps[0][2])
-                            arrived = min(now, sec + nsec * 1e-9 - skew)
+                        arrived = min(now, stamp - skew)
                         if arrived >= soonest:
                             soonest = transmit(busy, arrived)
-                        port = process(buf[:n], arrived)
+                        port = process(frame, arrived)
                         self.rx_frames += 1
                         if port is not None:
                             busy.add(port)
@@ -185,16 +177,24 @@ class Dataplane:
         finally:
             poller.close()
 
-    def _receive_failed(self, poller: select.epoll, fd: int, err: OSError) -> None:
+    def _socket_error(self, poller: select.epoll, sock: socket.socket) -> None:
         """A link going down is transient; an interface that is gone stops being polled
-        (it would wake the loop for ever) while the other ports go on."""
-        number = next(n for n, s in self.sockets.items() if s.fileno() == fd)
+        (it would wake the loop for ever) while the other ports go on. The ring carries no
+        errors: reading the socket itself returns the one pending."""
+        try:
+            sock.recv(1)
+            return
+        except BlockingIOError:
+            return
+        except OSError as err:
+            error = err
+        number = next(n for n, s in self.sockets.items() if s is sock)
         name = self.ifnames[number]
-        if err.errno in (errno.ENODEV, errno.ENXIO):
+        if error.errno in (errno.ENODEV, errno.ENXIO):
             log.error("interface %s is gone: no longer receiving on it", name)
-            poller.unregister(fd)
+            poller.unregister(sock.fileno())
         else:
-            log.warning("receive on %s failed: %s", name, err)
+            log.warning("receive on %s failed: %s", name, error)
 
     def _transmit(self, busy: set[EgressPort], now: float) -> float:
         """Send what every busy port lets leave by `now`; the next departure after that."""
@@ -233,6 +233,9 @@ class Dataplane:
         lost = sum(self.socket_drops.values())
         if lost:
             dropped[SOCKET_DROP] = lost
+        oversized = sum(ring.oversized for ring in self.rings.values())
+        if oversized:
+            dropped[OVERSIZED] = oversized
         return {
             "rx_frames": self.rx_frames,
             "dropped": dropped,

@@ -42,7 +42,9 @@ line rates a frame time is longer than CATCH_UP_S, and the packet loop, sharing 
 with a whole fabric, is sometimes not scheduled for tens of milliseconds. Without the
 allowance each such stall costs the port capacity for good, and senders paced at the
 same rate keep a standing queue behind it."""
-FULL_FRAME_BITS = 9018 * 8
+JUMBO_FRAME_BYTES = 9018
+"""The longest frame a port carries: a 9000-byte MTU, the Ethernet header and a VLAN tag."""
+FULL_FRAME_BITS = JUMBO_FRAME_BYTES * 8
 
 
 @dataclass(eq=False, slots=True)

@@ -316,6 +316,19 @@ def test_a_vanished_interface_leaves_the_other_ports_forwarding(rig):
     assert rig.model.proc.poll() is None
 
 
+def test_a_frame_longer_than_a_ring_slot_is_counted_and_dropped(rig):
+    """A jumbo frame is the longest a port carries; a link set to a larger MTU can deliver a
+    longer one, of which the receive ring keeps only the start."""
+    rig.route("10.0.2.0", 24, 2)
+    pair = rig.port(1)
+    for end in (pair.switch_end, pair.test_end):
+        subprocess.run(["ip", "link", "set", end, "mtu", "12000"], check=True)
+    pair.send(plain_udp(size=11_000))
+    pair.send(data_frame(payload=100))
+    assert len(rig.port(2).receive(count=1)) == 1
+    assert rig.model.stats()["dropped"] == {"frame longer than a ring slot": 1}
+
+
 def test_frames_lost_in_the_socket_buffer_are_counted(rig):
     """A switch that cannot keep up loses frames in its port's socket buffer before the
     pipeline sees them: they are counted, so every frame sent is accounted for."""
