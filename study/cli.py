@@ -135,11 +135,11 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
 
 
 def _describe(
-    setup: Setup, planned: list[tuple[Variant, RunConfig]], cached: int, cache: RunCache
+    setup: Setup, planned: list[tuple[Variant, RunConfig]], present: int, cache: RunCache
 ) -> str:
     worst, nb = setup.worst, setup.nonblocking
     return (
-        f"study note: {len(planned)} runs ({cached} in the cache {cache.root}); worst fabric "
+        f"study note: {len(planned)} runs ({present} in the cache {cache.root}); worst fabric "
         f"{worst.name} ({worst.oversubscription:g}:1), non-oversubscribed {nb.name} "
         f"({nb.oversubscription:g}:1); seeds {','.join(map(str, setup.seeds))}, baseline seeds "
         f"{','.join(map(str, setup.baseline_seeds))}; DCQCN {setup.dcqcn}; engine {setup.engine}"

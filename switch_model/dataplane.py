@@ -8,9 +8,10 @@ serves every busy port for as long as its port model lets frames leave.
 
 Time is the kernel's: each frame goes through the pipeline at the moment the
 kernel received it (its receive ring holds the time, `switch_model.rxring`),
-after the departures that were due by then, so a loop that the operating system schedules late still admits, trims
-and marks each frame against the queue as it stood when the frame arrived,
-as a simulator driving the same classes on its virtual clock would.
+after the departures that were due by then, so a loop that the operating
+system schedules late still admits, trims and marks each frame against the
+queue as it stood when the frame arrived, as a simulator driving the same
+classes on its virtual clock would.
 
 Frames the kernel drops because a port's receive ring is full never reach
 the pipeline; the socket counts them (PACKET_STATISTICS) and `stats` reports
@@ -19,9 +20,9 @@ them among the refused frames, as it does frames too long for a ring slot.
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
+import os
 import select
 import socket
 import struct
@@ -140,7 +141,7 @@ class Dataplane:
         by_fd = {}
         for number, sock in self.sockets.items():
             poller.register(sock.fileno(), select.EPOLLIN)
-            by_fd[sock.fileno()] = (sock, self.rings[number].take)
+            by_fd[sock.fileno()] = (number, self.rings[number].take)
         failed = select.EPOLLERR | select.EPOLLHUP
         process = self.pipeline.process
         transmit = self._transmit
@@ -158,9 +159,9 @@ class Dataplane:
                 now = monotonic()
                 skew = wall() - now
                 for fd, mask in events:
-                    sock, take = by_fd[fd]
+                    number, take = by_fd[fd]
                     if mask & failed:
-                        self._socket_error(poller, sock)
+                        self._socket_error(poller, number)
                     for frame, stamp in take(RX_BATCH):
                         # The kernel's receive time, so that a frame is admitted against the
                         # queue as it stood when the frame arrived, however late this loop is.
@@ -177,24 +178,24 @@ class Dataplane:
         finally:
             poller.close()
 
-    def _socket_error(self, poller: select.epoll, sock: socket.socket) -> None:
+    def _socket_error(self, poller: select.epoll, number: int) -> None:
         """A link going down is transient; an interface that is gone stops being polled
         (it would wake the loop for ever) while the other ports go on. The ring carries no
-        errors: reading the socket itself returns the one pending."""
-        try:
-            sock.recv(1)
+        errors: the socket holds the one pending, and reading it clears it."""
+        sock = self.sockets[number]
+        code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if not code:
             return
-        except BlockingIOError:
-            return
-        except OSError as err:
-            error = err
-        number = next(n for n, s in self.sockets.items() if s is sock)
         name = self.ifnames[number]
-        if error.errno in (errno.ENODEV, errno.ENXIO):
+        try:
+            socket.if_nametoindex(name)
+        except OSError:
+            # Deleted, the kernel says only "network is down" (ENETDOWN), as for a link
+            # set down: whether the interface still exists is what tells them apart.
             log.error("interface %s is gone: no longer receiving on it", name)
             poller.unregister(sock.fileno())
         else:
-            log.warning("receive on %s failed: %s", name, error)
+            log.warning("receive on %s failed: %s", name, os.strerror(code))
 
     def _transmit(self, busy: set[EgressPort], now: float) -> float:
         """Send what every busy port lets leave by `now`; the next departure after that."""

@@ -354,14 +354,12 @@ class ForgiveSender:
             expired = True
         if expired:
             flow.rtos += 1
-            new_round = now >= flow.round_ends
-            if new_round:
+            flow.rto = min(flow.rto * 2, self.rto_max)
+            if now >= flow.round_ends:
                 flow.timeouts_in_a_row += 1
                 if flow.timeouts_in_a_row >= self.max_timeouts:
                     self._fail(flow, now)
                     return
-            flow.rto = min(flow.rto * 2, self.rto_max)
-            if new_round:
                 flow.round_ends = now + flow.rto
             self._schedule(flow, now)
         if order:
