@@ -3,7 +3,7 @@
 The kernel writes each received frame and its receive time into memory shared
 with the packet loop, so taking a frame costs no system call and the time
 comes with it. A recvmsg per frame for the same timestamp (SO_TIMESTAMPNS)
-cost the model two fifths of its forwarding rate (docs/dataplane.md).
+cost the model two fifths of its forwarding rate (docs/switch_model.md).
 """
 
 from __future__ import annotations
