@@ -4,7 +4,7 @@ PYTHON ?= /usr/bin/python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the project needs at run time and in its tests.
-APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute2 python3-thrift iputils-ping
+APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute2 python3-thrift iputils-ping chromium chromium-driver
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 

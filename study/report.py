@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from study import page
 from study.claims import WITHIN, Verdict, number
 from study.figures import Runs
 from topologies.results import render_table
@@ -45,11 +46,14 @@ def _claimed(verdict: Verdict) -> str:
     return f"{c.direction} {ref:g}" if isinstance(ref, float | int) else f"{c.direction} [{ref}]"
 
 
-def format_table(verdicts: Sequence[Verdict]) -> str:
-    """One row per claim, then the quotes by row number and the verdict rule."""
+HEADER = ["figure", "note", "claims", "this study (seeds)", "median", "direction", "x2"]
+
+
+def table_rows(verdicts: Sequence[Verdict]) -> list[list[str]]:
+    """The table's cells, one row per claim (HEADER is not among them); a claim that others
+    refer to is named by its row number."""
     keys = {v.claim.key: i for i, v in enumerate(verdicts, 1)}
-    header = ["figure", "note", "claims", "this study (seeds)", "median", "direction", "x2"]
-    rows = [header]
+    rows = []
     for i, v in enumerate(verdicts, 1):
         claimed = _claimed(v)
         for key, n in keys.items():
@@ -65,8 +69,18 @@ def format_table(verdicts: Sequence[Verdict]) -> str:
                 _mark(v.magnitude, claimed=v.median is not None),
             ]
         )
-    quotes = [f'[{i}] {v.claim.where}: "{v.claim.quote}"' for i, v in enumerate(verdicts, 1)]
-    return "\n".join([render_table(rows), "", *quotes, "", VERDICT_RULE])
+    return rows
+
+
+def quotes(verdicts: Sequence[Verdict]) -> list[str]:
+    return [f'[{i}] {v.claim.where}: "{v.claim.quote}"' for i, v in enumerate(verdicts, 1)]
+
+
+def format_table(verdicts: Sequence[Verdict]) -> str:
+    """One row per claim, then the quotes by row number and the verdict rule."""
+    return "\n".join(
+        [render_table([HEADER, *table_rows(verdicts)]), "", *quotes(verdicts), "", VERDICT_RULE]
+    )
 
 
 def to_json(verdicts: Sequence[Verdict], runs: Runs, meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,13 +115,26 @@ def summary_line(verdicts: Sequence[Verdict]) -> str:
     )
 
 
-def write(folder: Path, verdicts: Sequence[Verdict], runs: Runs, meta: Mapping[str, Any]) -> str:
-    """table.txt, study.json and the plots; returns the table."""
+def write(
+    folder: Path,
+    verdicts: Sequence[Verdict],
+    runs: Runs,
+    meta: Mapping[str, Any],
+    title: str = "forgive study note",
+) -> str:
+    """table.txt, study.json, the plots, report.html and runs.csv; returns the table."""
     folder.mkdir(parents=True, exist_ok=True)
     table = format_table(verdicts) + "\n\n" + summary_line(verdicts)
     (folder / "table.txt").write_text(table + "\n")
     (folder / "study.json").write_text(json.dumps(to_json(verdicts, runs, meta), indent=1))
     from study.plots import plot_all  # matplotlib only once there is something to plot
 
-    plot_all(folder, runs)
+    images = plot_all(folder, runs)
+    rows = [
+        (v.claim.key, v.median, cells)
+        for v, cells in zip(verdicts, table_rows(verdicts), strict=True)
+    ]
+    notes = [*quotes(verdicts), VERDICT_RULE, summary_line(verdicts)]
+    page.write_page(folder, title, HEADER, rows, notes, meta, images)
+    page.write_runs_csv(folder, runs)
     return table
