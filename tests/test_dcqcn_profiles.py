@@ -7,10 +7,11 @@ one CNP every 50 us for 1 ms then none, a single cut, and jittered spacing.
 """
 
 import heapq
+import itertools
 import random
 
 import pytest
-from helpers import cnp, data, parse
+from helpers import ack, cnp, data, parse
 from link import Impairments, Link
 
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy, new_rate
@@ -277,7 +278,8 @@ def test_sender_on_the_nic_profile_cuts_at_the_next_check():
     tx.open_flow(1, 10**6, now=0.0)
     tx.poll(0.0)
     tx.receive(cnp(1), 1e-6)
-    assert tx.flow_state(1)["rate_cuts"] == 0  # flagged for the check at 5 us
+    early = tx.flow_state(1)  # the cut is due at the check at 5 us: counted, not yet applied
+    assert early["rate_cuts"] == 1 and early["rate_bps"] == 10e9
     now = 0.0
     while now < 10e-6:
         tx.poll(now)
@@ -298,3 +300,63 @@ def test_both_profiles_carry_a_marked_flow_end_to_end(profile):
     state = tx.flow_state(1)
     assert state["done"] and rx.flow_state(1)["complete"]
     assert state["rate_cuts"] > 0 and state["rate_bps"] < 10e9 and state["cnps_ignored"] == 0
+
+
+def integrated_departure(rate, wire_bits, sent_at, dt):
+    """When `wire_bits` have drained at `rate` (a reference reaction point fed the same
+    notifications), stepping `dt` at a time: the pacer's gap as the bytes still to send at
+    the rate in force, whatever the rate does during it."""
+    t, left = sent_at, float(wire_bits)
+    while True:
+        r = rate.rate_at(t)
+        if left <= r * dt:
+            return t + left / r
+        left -= r * dt
+        t += dt
+
+
+@pytest.mark.parametrize(
+    ("profile", "cuts"),
+    # paper: 11 cuts leave the target twice the rate, and its 55 us timer recovers halfway;
+    # nic: back-to-back cuts keep the target at the line, and its 900 us timer, due 900 us
+    # after the last cut, lands halfway there inside a packet's gap at the floor
+    [("paper", 11), ("nic", 40)],
+)
+def test_a_rate_increase_brings_the_pending_departure_forward(profile, cuts):
+    """A packet sent at a low rate must not hold the next one for its whole gap at that
+    rate: as the rate recovers, what is left of the gap drains at the new rate."""
+    params = DcqcnParams.for_profile(profile, 400e9)
+    tx = ForgiveSender(params, rto=1.0, rto_max=1.0)
+    ref = new_rate(params, now=0.0)  # fed the same CNPs, it says what the rate is when
+    tx.open_flow(1, 4096 * 4096, now=0.0)
+    cnps = [k * 5e-6 for k in range(cuts)]
+    sent, now = [], 0.0
+    while now < 2e-3:
+        while cnps and cnps[0] <= now:
+            tx.receive(cnp(1), cnps[0])
+            ref.reduce(cnps.pop(0))
+        sent += [now for _ in tx.poll(now)]
+        now = min(tx.next_deadline(), cnps[0] if cnps else 1.0)
+    wire = (4096 + 58) * 8
+    late = [(a, b) for a, b in itertools.pairwise(sent) if a > 5e-6 * cuts]
+    assert len(late) >= 2
+    shortened = 0
+    for a, b in late:
+        slow_gap = wire / ref.rate_at(a)
+        expected = integrated_departure(ref, wire, a, dt=slow_gap / 20_000)
+        assert b - a == pytest.approx(expected - a, rel=1e-3)
+        shortened += expected - a < 0.9 * slow_gap
+    assert shortened  # the rate recovered within some gap
+
+
+def test_a_cut_due_after_the_flows_last_packet_is_counted():
+    """The nic profile applies a cut at its next 4 us check; a flow whose last packet left
+    before that check, and which completes before it, still took that cut."""
+    tx = ForgiveSender(DcqcnParams.for_profile("nic", 400e9), rto=1.0, rto_max=1.0)
+    tx.open_flow(1, 4096, now=0.0)
+    assert len(tx.poll(0.0)) == 1  # the whole flow is on the wire
+    tx.receive(cnp(1), 1e-6)  # its CE mark's CNP: the cut is due at the check, 4 us later
+    tx.receive(ack(1, 4096, 0, 4096), 2e-6)
+    assert tx.take_completed() == [1]
+    state = tx.flow_state(1)
+    assert state["cnps"] == 1 and state["rate_cuts"] == 1

@@ -23,7 +23,7 @@ from typing import Any
 from topologies.results import RunResult
 from topologies.runner import RunConfig
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 """Raise it when what a run records changes, so that older runs are not taken for new ones."""
 RESULT = "result.json"
 CONFIG = "config.json"

@@ -208,6 +208,15 @@ class _ReactionPoint:
         self.current = max(self.current * (1 - self.alpha / 2), self._min)
         self.cuts += 1
 
+    @property
+    def cuts_due(self) -> int:
+        """Cuts taken, and any already due at a check still ahead: nothing cancels it, so a
+        flow that ends before that check has still taken it."""
+        return self.cuts
+
+    def _at_line(self) -> bool:
+        return self.current >= self._line and self.target >= self._line
+
     def _towards_target(self, step: float) -> None:
         """Raise the target by `step` (capped at the line rate), then move halfway to it."""
         self.target = min(self.target + step, self._line)
@@ -257,7 +266,7 @@ class DcqcnRate(_ReactionPoint):
         if n > 0:
             self._inc_t += n * self._inc_period
             for k in range(n):
-                if self.current >= self._line and self.target >= self._line:
+                if self._at_line():
                     self.timer_stage += n - k  # at line rate already: only the stage moves
                     break
                 self._increase()
@@ -276,6 +285,13 @@ class DcqcnRate(_ReactionPoint):
     def rate_at(self, now: float) -> float:
         self._replay_timers(now)
         return self.current
+
+    def next_change(self, now: float) -> float:
+        """The earliest time after `now` at which `rate_at` may return another rate with no
+        notification in between: the next increase event, unless at the line rate already.
+        (Byte-counter events come from sending, which the sender sees itself.)"""
+        self._replay_timers(now)
+        return math.inf if self._at_line() else self._inc_t + self._inc_period
 
     def on_sent(self, nbytes: int, now: float) -> None:
         """The byte counter: every `byte_counter` bytes sent is one rate-increase event."""
@@ -370,7 +386,7 @@ class NicDcqcnRate(_ReactionPoint):
             inc = self._inc_at
             check = self._check_at if self._cut_pending else math.inf
             if inc < now - inc_slack and inc <= check + check_slack:
-                if check == math.inf and self.current >= self._line and self.target >= self._line:
+                if check == math.inf and self._at_line():
                     n = math.ceil((now - inc) / self._inc_period - _EPS)
                     self.timer_stage += n  # at line rate already: only the stage moves
                     self._inc_at = inc + n * self._inc_period
@@ -397,6 +413,20 @@ class NicDcqcnRate(_ReactionPoint):
         if now >= self._inc_at or self._cut_pending:
             self._replay(now)
         return self.current
+
+    @property
+    def cuts_due(self) -> int:
+        return self.cuts + self._cut_pending
+
+    def next_change(self, now: float) -> float:
+        """The earliest time after `now` at which `rate_at` may return another rate with no
+        notification in between: just after the pending cut check or the next increase
+        event (events at a query's own instant wait for it, `_replay`), whichever is first."""
+        self.rate_at(now)
+        inc = self._inc_at + 2 * _EPS * self._inc_period
+        if self._cut_pending:
+            return min(inc, self._check_at + 2 * _EPS * self._check_period)
+        return math.inf if self._at_line() else inc
 
     def on_sent(self, nbytes: int, now: float) -> None:
         """No byte counter in this profile: increase events come from the timer alone."""

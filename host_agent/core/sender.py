@@ -7,6 +7,7 @@ from the note are `open_flow`, `_on_report`, `_on_cnp` and `_on_nack` here.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -66,7 +67,14 @@ class TxFlow:
     """Segment start -> (end, sent at, is a retransmission)."""
     sent_order: deque[tuple[float, int, int]] = field(default_factory=deque)
     next_send_at: float = 0.0
+    """When the next packet may leave: the gap after the last one is the bytes it still has
+    to drain at `pace_rate`, re-timed whenever the rate changes before it ends."""
+    pace_rate: float = 0.0
+    """The rate the pending gap drains at (the rate when it was last timed)."""
     scheduled: bool = False
+    wake_at: float = 0.0
+    """The time of the flow's live entry on the send heap: its departure, or sooner the
+    rate's next change before it."""
     rto_armed: bool = False
     cc_mode: str = OBEYING
     path: PathTiming = field(default_factory=lambda: PathTiming(0.0))
@@ -126,7 +134,7 @@ class TxFlow:
             "rtt_max": self.rtt_max,
             "late_acks": self.late_acks,
             "rto": self.rto,
-            "rate_cuts": self.rate.cuts,
+            "rate_cuts": self.rate.cuts_due,
             "mode_changes": self.mode_changes,
             "exempt_time": self.exempt_time,
             "obeying_again_time": self.obeying_again_time,
@@ -238,11 +246,39 @@ class ForgiveSender:
 
     # -- timing --------------------------------------------------------------
 
-    def _schedule(self, flow: TxFlow, at: float) -> None:
-        if not flow.scheduled and not flow.stopped and flow.has_work():
-            flow.scheduled = True
-            flow.next_send_at = max(flow.next_send_at, at)
-            heapq.heappush(self._send_heap, (flow.next_send_at, flow.flow_id))
+    def _schedule(self, flow: TxFlow, now: float) -> None:
+        """Put the flow on the send heap: at its departure if it has work, and sooner if its
+        rate may change before a pending departure, which is then re-timed (`_retime`).
+        A flow already on the heap moves only to an earlier time."""
+        if flow.stopped:
+            return
+        depart = flow.next_send_at
+        if depart > now:
+            wake = flow.rate.next_change(now)
+            if wake >= depart:
+                wake = depart if flow.has_work() else math.inf
+        elif flow.has_work():
+            wake = flow.next_send_at = now
+        else:
+            return
+        if wake == math.inf or (flow.scheduled and wake >= flow.wake_at):
+            return
+        flow.scheduled = True
+        flow.wake_at = wake
+        heapq.heappush(self._send_heap, (wake, flow.flow_id))
+
+    @staticmethod
+    def _retime(flow: TxFlow, now: float) -> None:
+        """The rate changed during the gap before the next departure: what is left of the gap
+        is bytes still to drain, now at the new rate (as a NIC's pacer does, and ns-3's
+        RdmaHw::ChangeRate moves a QP's next send time)."""
+        depart = flow.next_send_at
+        if depart <= now:
+            return
+        rate = flow.rate.rate_at(now)
+        if rate != flow.pace_rate:
+            flow.next_send_at = now + (depart - now) * flow.pace_rate / rate
+            flow.pace_rate = rate
 
     def next_deadline(self) -> float | None:
         """The earliest time at which `poll` has a packet to send or a timer to fire."""
@@ -250,7 +286,7 @@ class ForgiveSender:
         while self._send_heap:
             t, fid = self._send_heap[0]
             flow = self._flows.get(fid)
-            if flow is None or not flow.scheduled or flow.next_send_at != t:
+            if flow is None or not flow.scheduled or flow.wake_at != t:
                 heapq.heappop(self._send_heap)
                 continue
             best = max(t, self._nic_free_at)
@@ -278,9 +314,13 @@ class ForgiveSender:
         while heap and heap[0][0] <= now and self._nic_free_at <= now:
             t, fid = heapq.heappop(heap)
             flow = self._flows.get(fid)
-            if flow is None or not flow.scheduled or flow.next_send_at != t:
+            if flow is None or not flow.scheduled or flow.wake_at != t:
                 continue
             flow.scheduled = False
+            if t < flow.next_send_at:  # the rate may have changed during the gap
+                self._retime(flow, now)
+                self._schedule(flow, now)
+                continue
             packet = self._next_packet(flow, now)
             if packet is None:
                 continue
@@ -288,12 +328,15 @@ class ForgiveSender:
             self._nic_free_at = max(self._nic_free_at, now - wire * self._bit_time) + (
                 wire * self._bit_time
             )
-            gap = wire * 8.0 / flow.rate.rate_at(now)
+            rate = flow.pace_rate = flow.rate.rate_at(now)
+            gap = wire * 8.0 / rate
             # Pace from the scheduled time, but never bank more than one packet of credit.
             flow.next_send_at = max(t, now - gap) + gap
             flow.rate.on_sent(wire, now)
+            if flow.rate.current != rate:  # the byte counter raised it
+                self._retime(flow, now)
             out.append(packet)
-            self._schedule(flow, flow.next_send_at)
+            self._schedule(flow, now)
         return out
 
     def _next_packet(self, flow: TxFlow, now: float) -> bytes | None:
@@ -447,7 +490,7 @@ class ForgiveSender:
             else:
                 flow.obeying_again_since = now
                 if flags & _ECE:
-                    flow.rate.reduce(now)
+                    self._reduce(flow, now)
 
     def _settle(self, flow: TxFlow, lo: int, hi: int, now: float) -> None:
         fresh = flow.acked.add(lo, hi)
@@ -502,7 +545,7 @@ class ForgiveSender:
         if flow.done:
             return
         if flow.cc_mode == OBEYING:
-            flow.rate.reduce(now)
+            self._reduce(flow, now)
         hi = min(lo + length, flow.size)
         if lo >= hi:
             return
@@ -517,4 +560,11 @@ class ForgiveSender:
         if flow.cc_mode == EXEMPT:
             flow.cnps_ignored += 1
             return
+        self._reduce(flow, now)
+
+    def _reduce(self, flow: TxFlow, now: float) -> None:
+        """ReduceRate: a cut now, or one due at the profile's next check; either way the
+        pending departure follows the rate."""
         flow.rate.reduce(now)
+        self._retime(flow, now)
+        self._schedule(flow, now)
