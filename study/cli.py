@@ -66,6 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fresh", action="store_true", help="rerun the runs the cache has too")
     p.add_argument("--dcqcn", default="paper", help=f"DCQCN profile: {' or '.join(PROFILES)}")
     p.add_argument("--workers", type=int, default=1, help="runs in parallel processes (sim)")
+    p.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="run on this Dask scheduler's cluster (sim; the cache "
+        "must be on a file system its workers share)",
+    )
     p.add_argument("--job", help=f"the training job: {', '.join(JOBS)} (default: the engine's)")
     p.add_argument("--fabric", help="the worst fabric: a preset or a .toml file")
     p.add_argument("--nonblocking-fabric", help="the fabric without oversubscription")
@@ -106,8 +112,8 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
         raise RunError(f"--job must be one of {', '.join(JOBS)}, got {job!r}")
     if args.workers < 1:
         raise RunError(f"--workers must be >= 1, got {args.workers}")
-    if args.workers > 1 and args.engine != "sim":
-        raise RunError("--workers needs --engine sim (emulations share one host)")
+    if (args.workers > 1 or args.dask) and args.engine != "sim":
+        raise RunError("--workers and --dask need --engine sim (emulations share one host)")
     seeds = DEFAULT_SEEDS if args.seeds is None else _ints(args.seeds, "--seeds")
     if args.baseline_seeds is not None:
         baseline = _ints(args.baseline_seeds, "--baseline-seeds")
@@ -168,6 +174,7 @@ def main(args: argparse.Namespace) -> int:
             RUNNER,
             fresh=args.fresh,
             workers=args.workers,
+            dask=args.dask,
             say=say,
         )
     except RunError as err:

@@ -117,5 +117,22 @@ def test_compare_with_a_cache_runs_once_and_links_the_runs(tmp_path, capsys):
     ).read_bytes()
     link = tmp_path / "b" / "forgive-seed1"
     assert link.is_symlink() and len(list(link.glob("h*.train.jsonl"))) == 4
-    assert main([*args, "--dask", "127.0.0.1:1", "--out", str(tmp_path / "c")]) == 2
-    assert "does not go with --dask" in capsys.readouterr().err
+
+
+def test_a_dask_cluster_fills_the_cache_and_a_second_study_reads_it(tmp_path, capsys):
+    from distributed import LocalCluster
+
+    from topologies.cli import main
+
+    args = ["compare", "--engine", "sim", "--fabric", "2to1", "--steps", "2", "--byte-scale", "64"]
+    args += ["--policies", "tight,forgive", "--seeds", "1", "--cache", str(tmp_path / "cache")]
+    assert main([*args, "--out", str(tmp_path / "seq"), "--fresh"]) == 0
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster:
+        dask = ["--dask", cluster.scheduler_address]
+        assert main([*args, *dask, "--fresh", "--out", str(tmp_path / "dask")]) == 0
+    assert capsys.readouterr().err.count("done on the cluster") == 2
+    assert (tmp_path / "dask" / "runs.json").read_bytes() == (
+        tmp_path / "seq" / "runs.json"
+    ).read_bytes()
+    assert main([*args, "--out", str(tmp_path / "again")]) == 0
+    assert capsys.readouterr().err.count("cached in") == 2

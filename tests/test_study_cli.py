@@ -102,7 +102,11 @@ def test_the_detector_and_second_job_rows_come_from_their_variants(tmp_path, sta
         (["--dcqcn", "ns3"], "--dcqcn must be one of paper, nic"),
         (["--fabric", "8to1"], "unknown fabric preset '8to1'"),
         (["--timeout", "nan"], "--timeout must be a finite number"),
-        (["--engine", "mininet", "--workers", "2"], "--workers needs --engine sim"),
+        (["--engine", "mininet", "--workers", "2"], "--workers and --dask need --engine sim"),
+        (
+            ["--engine", "mininet", "--dask", "127.0.0.1:1"],
+            "--workers and --dask need --engine sim",
+        ),
         (["--job", "huge"], "--job must be one of default, note"),
         (["--byte-scale", "0.5"], "byte_scale must be a finite number >= 1"),
     ],

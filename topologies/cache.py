@@ -81,12 +81,15 @@ def run_cached(
     *,
     fresh: bool = False,
     workers: int = 1,
+    dask: str | None = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> list[RunResult]:
     """Every configuration's result, in order: from the cache where it has one (unless
     `fresh`), else run into its cache folder and stored the moment it ends, so an
     interrupted sequence resumes where it stopped. `workers` > 1 runs them in that many
-    processes (the runner must then be a module-level function)."""
+    processes, `dask` on that scheduler's cluster (the runner must then be a module-level
+    function; on a cluster the workers write each run's records into its cache folder, so the
+    cache must be on a file system they share, and this process stores each result)."""
     labels = [f"[{i}/{len(configs)}] {c.policy} seed {c.seed}" for i, c in enumerate(configs, 1)]
     results: list[RunResult | None] = [None] * len(configs)
     todo = []
@@ -97,7 +100,19 @@ def run_cached(
         else:
             say(f"{labels[i]}: cached in {cache.folder(config)}")
             results[i] = cached
-    if workers <= 1:
+    if dask:
+        from topologies.sweep import on_dask
+
+        for j, result in on_dask(
+            dask,
+            runner,
+            [configs[i] for i in todo],
+            [cache.folder(configs[i]) for i in todo],
+            [labels[i] for i in todo],
+        ):
+            results[todo[j]] = result
+            cache.put(configs[todo[j]], result)
+    elif workers <= 1:
         for i in todo:
             results[i] = runner(configs[i], cache.folder(configs[i]), labels[i])
             cache.put(configs[i], results[i])

@@ -248,8 +248,6 @@ def main(argv: list[str] | None = None) -> int:
             raise RunError(f"--workers must be >= 1, got {workers}")
         if (workers > 1 or dask) and args.engine != "sim":
             raise RunError("--workers and --dask need --engine sim (emulations share one host)")
-        if dask and getattr(args, "cache", None) is not None:
-            raise RunError("--cache keeps runs on this machine: it does not go with --dask")
     except (FabricError, RunError) as err:
         print(f"forgive: {err}", file=sys.stderr)
         return 2
@@ -258,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "cache", None) is not None:
             cache = RunCache(args.cache)
-            runs = run_cached(configs, cache, run_one, fresh=args.fresh, workers=workers, say=say)
+            runs = run_cached(
+                configs, cache, run_one, fresh=args.fresh, workers=workers, dask=dask, say=say
+            )
             link_runs(out, configs, cache)
         else:
             runs = run_all(configs, out, workers=workers, dask=dask)

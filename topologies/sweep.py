@@ -11,7 +11,7 @@ shared file system for a remote Dask cluster).
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -35,7 +35,10 @@ def run_all(
     labels = [f"[{i}/{len(configs)}] {c.policy} seed {c.seed}" for i, c in enumerate(configs, 1)]
     dirs = [out / f"{c.policy}-seed{c.seed}" for c in configs]
     if dask:
-        return _on_dask(dask, configs, dirs, labels)
+        results: list[RunResult | None] = [None] * len(configs)
+        for i, result in on_dask(dask, run_one, configs, dirs, labels):
+            results[i] = result
+        return [r for r in results if r is not None]
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             # Progress lines from several processes would overwrite each other in place.
@@ -52,7 +55,16 @@ def run_all(
     return [run_one(c, d, label) for c, d, label in zip(configs, dirs, labels, strict=True)]
 
 
-def _on_dask(address: str, configs, dirs, labels) -> list[RunResult]:
+def on_dask(
+    address: str,
+    runner: Callable[..., RunResult],
+    configs: Sequence[RunConfig],
+    dirs: Sequence[Path],
+    labels: Sequence[str],
+) -> Iterator[tuple[int, RunResult]]:
+    """(index, result) of every configuration as the cluster finishes it, `runner(config,
+    folder, label, False)` on a worker; RunError where the scheduler cannot be reached, and the
+    first run's own error where one fails."""
     from distributed import Client, as_completed
 
     try:
@@ -60,10 +72,11 @@ def _on_dask(address: str, configs, dirs, labels) -> list[RunResult]:
     except OSError as err:
         raise RunError(f"--dask {address}: cannot reach the scheduler: {err}") from None
     with client:
-        futures = client.map(run_one, configs, dirs, labels, [False] * len(configs), pure=False)
-        label_of = {f.key: label for f, label in zip(futures, labels, strict=True)}
+        futures = client.map(runner, configs, dirs, labels, [False] * len(configs), pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
         for future in as_completed(futures):
             if future.status == "error":
                 raise future.exception()
-            print(f"{label_of[future.key]}: done on the cluster", file=sys.stderr)
-        return client.gather(futures)
+            i = index[future.key]
+            print(f"{labels[i]}: done on the cluster", file=sys.stderr)
+            yield i, future.result()
