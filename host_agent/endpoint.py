@@ -608,6 +608,7 @@ _SEND_FIELDS = (
     "nacks",
     "rtos",
     "rate_cuts",
+    "mark_cuts",
     "mode_changes",
     "exempt_time",
     "obeying_again_time",

@@ -41,6 +41,8 @@ class SendDone:
     late_acks: int = 0
     """Resent segments acknowledged too soon to be the resend: the earlier copy was late,
     not lost."""
+    mark_cuts: int = 0
+    """Of `rate_cuts`, those that answered an ECN mark rather than a trim alone."""
 
     kind = "send_done"
 

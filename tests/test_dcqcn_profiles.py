@@ -11,7 +11,7 @@ import itertools
 import random
 
 import pytest
-from helpers import ack, cnp, data, parse
+from helpers import ack, cnp, data, nack, parse
 from link import Impairments, Link
 
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy, new_rate
@@ -360,3 +360,42 @@ def test_a_cut_due_after_the_flows_last_packet_is_counted():
     assert tx.take_completed() == [1]
     state = tx.flow_state(1)
     assert state["cnps"] == 1 and state["rate_cuts"] == 1
+
+
+def test_congestion_control_off_never_cuts_but_counts_every_signal():
+    """`--dcqcn off`: CNPs and NACKs arrive and are counted, the rate stays at the line, and
+    the flow is paced at the line rate throughout."""
+    params = DcqcnParams.for_profile("off", 10e9)
+    tx = ForgiveSender(params, rto=1.0, rto_max=1.0)
+    rx = ForgiveReceiver(ReceiverPolicy(p_low=0.0, p_high=0.0, **params.receiver_fields()))
+    rx.begin_step(1, critical=False, expected_bytes=600_000)
+    rx.register_flow(1, step=1, gradient=True, size=600_000)
+    tx.open_flow(1, 600_000, now=0.0)
+    Link(tx, rx, forward=Impairments(delay=5e-6, jitter=3e-6, ce=0.3, trim=0.05), seed=3).run(1.0)
+    state = tx.flow_state(1)
+    assert state["done"] and state["cnps"] > 0 and state["nacks"] > 0
+    assert state["rate_cuts"] == state["mark_cuts"] == 0 and state["rate_bps"] == 10e9
+    with pytest.raises(ValueError, match="known: paper, nic, off"):
+        DcqcnParams.for_profile("none", 1e9)
+
+
+@pytest.mark.parametrize("profile", ["paper", "nic"])
+def test_cuts_are_attributed_to_marks_or_to_trims(profile):
+    """A cut answers a mark if a CNP (or a report's ECN echo) asked for it; a NACK alone is
+    a trim's. The nic profile's one cut per check answers a mark if any of its
+    notifications was one."""
+    tx = ForgiveSender(DcqcnParams.for_profile(profile, 10e9), rto=1.0, rto_max=1.0)
+    tx.open_flow(1, 10**6, now=0.0)
+    tx.poll(0.0)
+    tx.receive(nack(1, 0, 100, 0), 1e-6)  # a trim alone
+    tx.receive(cnp(1), 20e-6)  # a mark, and a trim in the same check period
+    tx.receive(nack(1, 0, 100, 0), 21e-6)
+    now = 21e-6
+    while now < 40e-6:
+        tx.poll(now)
+        now = tx.next_deadline()
+    state = tx.flow_state(1)
+    if profile == "paper":
+        assert (state["rate_cuts"], state["mark_cuts"]) == (3, 1)
+    else:
+        assert (state["rate_cuts"], state["mark_cuts"]) == (2, 1)

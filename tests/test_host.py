@@ -144,7 +144,9 @@ def test_trims_are_profiled_over_the_step_with_what_vesting_forgave():
         endpoint.trim_profile(4, 1.0, 2.0)
 
 
-@pytest.mark.parametrize(("profile", "window_end"), [("paper", True), ("nic", False)])
+@pytest.mark.parametrize(
+    ("profile", "window_end"), [("paper", True), ("nic", False), ("off", False)]
+)
 def test_the_dcqcn_profile_reaches_both_halves_of_the_endpoint(profile, window_end):
     endpoint = Endpoint(EndpointConfig(dcqcn=profile, line_rate_bps=1e9, time_scale=2.0))
     assert endpoint.tx.params.profile == profile

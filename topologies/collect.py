@@ -177,6 +177,8 @@ def collect(
         ce_marks=switch_total["ce_marks"],
         cnps=sum(r["cnps"] for r in sends),
         rtos=sum(r["rtos"] for r in sends),
+        rate_cuts=sum(r["rate_cuts"] for r in sends),
+        mark_cuts=sum(r.get("mark_cuts", 0) for r in sends),
         late_acks=sum(r["late_acks"] for r in sends),
         rtt_max_s=max((r["rtt_max"] for r in sends), default=0.0),
         # The first change is a flow's start of exemption; every later one is a toggle.

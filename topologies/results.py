@@ -85,6 +85,10 @@ class RunResult:
     ACK: the earlier copy was late, not lost (summed over the flows sent)."""
     rtt_max_s: float = 0.0
     """The longest round trip any sender sampled, on the run's clock."""
+    rate_cuts: int = 0
+    """Rate cuts the senders' reaction points took (summed over the flows sent)."""
+    mark_cuts: int = 0
+    """Of those, the cuts that answered an ECN mark rather than a trim alone."""
     companion: dict[str, Any] | None = None
     """A second training job that shared the fabric (RunConfig.companion): its own RunResult
     as JSON, collected from its hosts' records; the switch counters are the fabric's."""
@@ -113,6 +117,8 @@ class RunResult:
             "trim_drops": self.trim_drops,
             "ce_marks": self.ce_marks,
             "cnps": self.cnps,
+            "rate_cuts": self.rate_cuts,
+            "mark_cut_pct": _pct(self.mark_cuts, self.rate_cuts) if self.rate_cuts else None,
             "rtos": self.rtos,
             "late_acks": self.late_acks,
             "rtt_max_ms": 1e3 * self.rtt_max_s,

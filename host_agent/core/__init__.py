@@ -4,7 +4,14 @@ Bytes and `now` go in; bytes and deadlines come out. The raw-socket agent, the
 switch model's tests and any simulator drive these same objects.
 """
 
-from host_agent.core.dcqcn import PROFILES, DcqcnParams, DcqcnRate, NicDcqcnRate, new_rate
+from host_agent.core.dcqcn import (
+    PROFILES,
+    DcqcnParams,
+    DcqcnRate,
+    LineRate,
+    NicDcqcnRate,
+    new_rate,
+)
 from host_agent.core.detector import (
     AccordionDetector,
     CriticalRegimeDetector,
@@ -24,6 +31,7 @@ __all__ = [
     "DcqcnRate",
     "ForgiveReceiver",
     "ForgiveSender",
+    "LineRate",
     "Misclassifying",
     "NicDcqcnRate",
     "ReceiverPolicy",

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-PROFILES = ("paper", "nic")
+PROFILES = ("paper", "nic", "off")
 
 _PAPER: dict[str, Any] = {
     # Zhu et al. 2015: g = 1/256, alpha and rate timers of 55 us, a 10 MB byte
@@ -73,7 +73,14 @@ _NIC: dict[str, Any] = {
     "cnp_interval_s": 4e-6,
 }
 
-PROFILE_VALUES: dict[str, dict[str, Any]] = {"paper": _PAPER, "nic": _NIC}
+_OFF: dict[str, Any] = {
+    # Congestion control off (the note's "packet trimming on and congestion control off"):
+    # the reaction point never cuts. The notification point is the nic profile's, so marks
+    # still bring CNPs and both are counted as under DCQCN.
+    **_NIC,
+}
+
+PROFILE_VALUES: dict[str, dict[str, Any]] = {"paper": _PAPER, "nic": _NIC, "off": _OFF}
 """Each profile's constants, by DcqcnParams field name."""
 
 _EPS = 1e-9
@@ -123,7 +130,7 @@ class DcqcnParams:
         for name in ("alpha_period", "rate_increase_period"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.profile == "nic" and self.rate_reduce_period <= 0:
+        if self.profile != "paper" and self.rate_reduce_period <= 0:
             raise ValueError("the nic profile checks for cuts periodically: rate_reduce_period > 0")
         if self.fast_recovery_steps < 0 or self.byte_counter < 0 or self.cnp_interval_s < 0:
             raise ValueError("fast_recovery_steps, byte_counter and cnp_interval_s must be >= 0")
@@ -163,9 +170,13 @@ class DcqcnParams:
         return {"cnp_interval": self.cnp_interval, "cnp_at_window_end": self.cnp_at_window_end}
 
 
-def new_rate(params: DcqcnParams, now: float) -> DcqcnRate | NicDcqcnRate:
+def new_rate(params: DcqcnParams, now: float) -> DcqcnRate | NicDcqcnRate | LineRate:
     """A flow's reaction point for the params' profile."""
-    return NicDcqcnRate(params, now) if params.profile == "nic" else DcqcnRate(params, now)
+    if params.profile == "nic":
+        return NicDcqcnRate(params, now)
+    if params.profile == "off":
+        return LineRate(params)
+    return DcqcnRate(params, now)
 
 
 class _ReactionPoint:
@@ -185,6 +196,7 @@ class _ReactionPoint:
         "alpha",
         "current",
         "cuts",
+        "mark_cuts",
         "params",
         "target",
         "timer_stage",
@@ -203,16 +215,24 @@ class _ReactionPoint:
         self.alpha = params.alpha_init
         self.timer_stage = 0
         self.cuts = 0
+        self.mark_cuts = 0
+        """Cuts that answered an ECN mark (a CNP, or the echo on a report), not a trim alone."""
 
-    def _cut(self) -> None:
+    def _cut(self, mark: bool) -> None:
         self.current = max(self.current * (1 - self.alpha / 2), self._min)
         self.cuts += 1
+        self.mark_cuts += mark
 
     @property
     def cuts_due(self) -> int:
         """Cuts taken, and any already due at a check still ahead: nothing cancels it, so a
         flow that ends before that check has still taken it."""
         return self.cuts
+
+    @property
+    def mark_cuts_due(self) -> int:
+        """Of `cuts_due`, those that answered a mark."""
+        return self.mark_cuts
 
     def _at_line(self) -> bool:
         return self.current >= self._line and self.target >= self._line
@@ -304,11 +324,12 @@ class DcqcnRate(_ReactionPoint):
             self._increase()
             self.byte_stage += 1
 
-    def reduce(self, now: float) -> bool:
-        """A congestion notification: cut now. Returns True: every notification is a cut."""
+    def reduce(self, now: float, mark: bool = True) -> bool:
+        """A congestion notification (`mark`: an ECN mark's, else a trim's): cut now.
+        Returns True: every notification is a cut."""
         self._replay_timers(now)
         self.target = self.current
-        self._cut()
+        self._cut(mark)
         g = self.params.g
         self.alpha = (1 - g) * self.alpha + g
         self._alpha_t = now
@@ -344,6 +365,7 @@ class NicDcqcnRate(_ReactionPoint):
         "_check_period",
         "_cut_pending",
         "_inc_at",
+        "_mark_pending",
         "_origin",
         "_ticks",
     )
@@ -355,6 +377,7 @@ class NicDcqcnRate(_ReactionPoint):
         self._ticks = 0
         self._alpha_flag = False
         self._cut_pending = False
+        self._mark_pending = False
         self._check_at = math.inf
         self._inc_at = math.inf
 
@@ -400,9 +423,9 @@ class NicDcqcnRate(_ReactionPoint):
                 self._sync_alpha(check)
                 if self.timer_stage:  # CLAMP_TARGET_RATE 0: keep the target across cuts
                     self.target = self.current
-                self._cut()
+                self._cut(self._mark_pending)
                 self.timer_stage = 0
-                self._cut_pending = False
+                self._cut_pending = self._mark_pending = False
                 self._inc_at = check + self._inc_period
             else:
                 break
@@ -418,6 +441,10 @@ class NicDcqcnRate(_ReactionPoint):
     def cuts_due(self) -> int:
         return self.cuts + self._cut_pending
 
+    @property
+    def mark_cuts_due(self) -> int:
+        return self.mark_cuts + (self._cut_pending and self._mark_pending)
+
     def next_change(self, now: float) -> float:
         """The earliest time after `now` at which `rate_at` may return another rate with no
         notification in between: just after the pending cut check or the next increase
@@ -431,10 +458,12 @@ class NicDcqcnRate(_ReactionPoint):
     def on_sent(self, nbytes: int, now: float) -> None:
         """No byte counter in this profile: increase events come from the timer alone."""
 
-    def reduce(self, now: float) -> bool:
-        """A congestion notification: flagged for the next alpha update and cut check.
-        Returns False: the cut, if any, happens at that check."""
+    def reduce(self, now: float, mark: bool = True) -> bool:
+        """A congestion notification (`mark`: an ECN mark's, else a trim's): flagged for the
+        next alpha update and cut check, whose cut answers a mark if any of its notifications
+        was one. Returns False: the cut, if any, happens at that check."""
         self._replay(now)
+        self._mark_pending = self._mark_pending or mark
         if self._origin is None:
             self._origin = now
             self.alpha = self.params.alpha_init
@@ -445,4 +474,23 @@ class NicDcqcnRate(_ReactionPoint):
             self._cut_pending = True
             j = max(1, math.ceil((now - self._origin) / self._check_period - _EPS))
             self._check_at = max(self._origin + j * self._check_period, now)
+        return False
+
+
+class LineRate(_ReactionPoint):
+    """Congestion control off: every flow sends at the line rate, and no notification cuts."""
+
+    __slots__ = ()
+
+    def rate_at(self, now: float) -> float:
+        return self.current
+
+    def next_change(self, now: float) -> float:
+        return math.inf
+
+    def on_sent(self, nbytes: int, now: float) -> None:
+        """Nothing to count: the rate never changes."""
+
+    def reduce(self, now: float, mark: bool = True) -> bool:
+        """A congestion notification, counted by the sender and otherwise ignored."""
         return False

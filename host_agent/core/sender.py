@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from host_agent.core.dcqcn import DcqcnParams, DcqcnRate, NicDcqcnRate, new_rate
+from host_agent.core.dcqcn import DcqcnParams, DcqcnRate, LineRate, NicDcqcnRate, new_rate
 from host_agent.core.scoreboard import AckedRanges
 from host_agent.wire import (
     FTH_LEN,
@@ -58,7 +58,7 @@ class TxFlow:
     flow_id: int
     size: int
     data: memoryview | None
-    rate: DcqcnRate | NicDcqcnRate
+    rate: DcqcnRate | NicDcqcnRate | LineRate
     opened: float
     next_new: int = 0
     acked: AckedRanges = field(default_factory=AckedRanges)
@@ -135,6 +135,7 @@ class TxFlow:
             "late_acks": self.late_acks,
             "rto": self.rto,
             "rate_cuts": self.rate.cuts_due,
+            "mark_cuts": self.rate.mark_cuts_due,
             "mode_changes": self.mode_changes,
             "exempt_time": self.exempt_time,
             "obeying_again_time": self.obeying_again_time,
@@ -490,7 +491,7 @@ class ForgiveSender:
             else:
                 flow.obeying_again_since = now
                 if flags & _ECE:
-                    self._reduce(flow, now)
+                    self._reduce(flow, now, mark=True)
 
     def _settle(self, flow: TxFlow, lo: int, hi: int, now: float) -> None:
         fresh = flow.acked.add(lo, hi)
@@ -545,7 +546,7 @@ class ForgiveSender:
         if flow.done:
             return
         if flow.cc_mode == OBEYING:
-            self._reduce(flow, now)
+            self._reduce(flow, now, mark=False)
         hi = min(lo + length, flow.size)
         if lo >= hi:
             return
@@ -560,11 +561,11 @@ class ForgiveSender:
         if flow.cc_mode == EXEMPT:
             flow.cnps_ignored += 1
             return
-        self._reduce(flow, now)
+        self._reduce(flow, now, mark=True)
 
-    def _reduce(self, flow: TxFlow, now: float) -> None:
-        """ReduceRate: a cut now, or one due at the profile's next check; either way the
-        pending departure follows the rate."""
-        flow.rate.reduce(now)
+    def _reduce(self, flow: TxFlow, now: float, mark: bool) -> None:
+        """ReduceRate for an ECN mark (`mark`) or a trim: a cut now, or one due at the
+        profile's next check; either way the pending departure follows the rate."""
+        flow.rate.reduce(now, mark)
         self._retime(flow, now)
         self._schedule(flow, now)
