@@ -13,6 +13,7 @@ a run it has, and an interrupted study resumes.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -20,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from host_agent.core import PROFILES
-from study import report
+from study import page, regime, report
 from study.claims import CLAIMS, judge
 from study.runs import Setup, by_variant, plan
 from study.variants import BY_NAME, VARIANTS, Variant
@@ -90,6 +91,51 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--byte-scale", type=float, help="divide every byte quantity by this (default 64)"
     )
     p.add_argument("--timeout", type=float, default=600.0, help="per run, s")
+    _register_regime(which)
+
+
+REGIME_BYTE_SCALE = 32.0
+"""The regime grid's default byte scale: 32 is the coarsest at which a ring chunk of the note's
+job is more than a few packets and a 4 MiB queue holds 32 full frames (docs/study.md)."""
+
+
+def _register_regime(which: argparse._SubParsersAction) -> None:
+    from study.regime import AXES, DEFAULT_GRID
+
+    p = which.add_parser(
+        "regime",
+        help="forgive's saving against the baseline's slack, over a grid of regimes",
+        description=regime.__doc__,
+    )
+    p.add_argument(
+        "--cells",
+        help="only these cells, comma-separated: base or AXIS=VALUE, AXIS one of "
+        f"{', '.join(AXES)} (default: {', '.join(c.name for c in DEFAULT_GRID)})",
+    )
+    p.add_argument("--seeds", help="seeds of every cell (default 1,2,3)")
+    p.add_argument("--fabric", default="note-4to1", help="the base point's fabric (note-4to1)")
+    p.add_argument("--job", default="note", help=f"the training job: {', '.join(JOBS)} (note)")
+    p.add_argument("--steps", type=int, default=JOBS["note"].steps)
+    p.add_argument(
+        "--byte-scale",
+        type=float,
+        default=REGIME_BYTE_SCALE,
+        help=f"divide every byte quantity by this (default {REGIME_BYTE_SCALE:g})",
+    )
+    p.add_argument(
+        "--dcqcn", default="paper", help=f"the base point's profile: {', '.join(PROFILES)}"
+    )
+    p.add_argument("--out", type=Path, help="output folder (default results/study-regime-<time>)")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="run cache (results/runs)")
+    p.add_argument("--fresh", action="store_true", help="rerun the runs the cache has too")
+    p.add_argument("--workers", type=int, default=1, help="runs in parallel processes")
+    p.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="run on this Dask scheduler's cluster (the cache "
+        "must be on a file system its workers share)",
+    )
+    p.add_argument("--timeout", type=float, default=600.0, help="per run, s")
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -152,7 +198,115 @@ def _describe(
     )
 
 
+def _regime_setup(args: argparse.Namespace):
+    """The base configuration, the cells and the seeds; RunError or FabricError in one line."""
+    if args.job not in JOBS:
+        raise RunError(f"--job must be one of {', '.join(JOBS)}, got {args.job!r}")
+    if args.workers < 1:
+        raise RunError(f"--workers must be >= 1, got {args.workers}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise RunError(f"--timeout must be a finite number > 0, got {args.timeout}")
+    if args.dcqcn not in PROFILES:
+        raise RunError(f"--dcqcn must be one of {', '.join(PROFILES)}, got {args.dcqcn!r}")
+    cells = regime.DEFAULT_GRID if args.cells is None else regime.parse_cells(args.cells)
+    seeds = DEFAULT_SEEDS if args.seeds is None else _ints(args.seeds, "--seeds")
+    base = RunConfig(
+        fabric_from(args.fabric, "sim", None, args.byte_scale),
+        workload=replace(JOBS[args.job], steps=args.steps),
+        timeout_s=args.timeout,
+        dcqcn=args.dcqcn,
+        engine="sim",
+    )
+    planned = regime.plan(cells, base, seeds)
+    for _, config in planned:
+        config.validate()
+    return base, cells, seeds, planned
+
+
+def main_regime(args: argparse.Namespace) -> int:
+    try:
+        base, cells, seeds, planned = _regime_setup(args)
+    except (RunError, FabricError) as err:
+        print(f"forgive study: {err}", file=sys.stderr)
+        return 2
+    cache = RunCache(args.cache)
+    out = args.out or Path("results") / f"study-regime-{time.strftime('%Y%m%d-%H%M%S')}"
+    present = sum(1 for _, c in planned if cache.get(c) is not None)
+    cached = 0 if args.fresh else present
+    say(
+        f"study regime: {len(cells)} cells x {len(regime.POLICIES)} policies x {len(seeds)} "
+        f"seeds = {len(planned)} runs ({present} in the cache {cache.root}); base "
+        f"{base.fabric.name}, bytes / {base.fabric.scaling.byte_scale:g}, DCQCN {base.dcqcn}, "
+        f"{base.workload.steps} steps"
+    )
+    started = time.monotonic()
+    try:
+        results = run_cached(
+            [c for _, c in planned],
+            cache,
+            RUNNER,
+            fresh=args.fresh,
+            workers=args.workers,
+            dask=args.dask,
+            say=say,
+        )
+    except RunError as err:
+        print(f"forgive study: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("forgive study: interrupted; finished runs are in the cache", file=sys.stderr)
+        return 130
+    wall = time.monotonic() - started
+    made = len(planned) - cached
+    cells_figures = regime.figures(planned, results)
+    fitted = regime.fit(cells_figures)
+    meta = {
+        "study": "regime",
+        "base_fabric": base.fabric.name,
+        "byte_scale": base.fabric.scaling.byte_scale,
+        "dcqcn": base.dcqcn,
+        "steps": base.workload.steps,
+        "seeds": list(seeds),
+        "wall_time_s": wall,
+        "runs_made": made,
+        "runs_from_cache": cached,
+        "wall_time_per_run_made_s": wall / made if made else None,
+    }
+    table = regime.format_table(cells_figures)
+    if fitted is not None:
+        slope, intercept, rms = fitted
+        table += (
+            f"\n\nsaving = {slope:.2f} x slack {intercept:+.2f} points over {len(cells)} cells "
+            f"(RMS residual {rms:.2f}); the note: slack {regime.NOTE_SLACK:.2f}, saving "
+            f"{regime.NOTE_SAVING[0]:g} to {regime.NOTE_SAVING[1]:g} %"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.txt").write_text(table + "\n")
+    (out / "regime.json").write_text(json.dumps(regime.to_json(cells_figures, meta), indent=1))
+    from study.plots import plot_regime
+
+    images = plot_regime(out, cells_figures, fitted)
+    rows = [
+        (c.cell.name, regime.median(c.change_pct), cells)
+        for c, cells in zip(cells_figures, regime.table_rows(cells_figures), strict=True)
+    ]
+    notes = [table.rpartition("\n\n")[2]] if fitted is not None else []
+    page.write_page(out, "forgive study regime", regime.HEADER, rows, notes, meta, images)
+    by_run: dict[str, list] = {}
+    for (cell, config), result in zip(planned, results, strict=True):
+        by_run.setdefault(f"{cell.name}/{config.policy}", []).append(result)
+    page.write_runs_csv(out, by_run)
+    print(table)
+    say(
+        f"\nwall time {wall:.0f} s for {made} runs ({cached} more from the cache); results: "
+        f"{out} (table.txt, regime.json, report.html, runs.csv, *.png)"
+    )
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.study == "regime":
+        return main_regime(args)
     try:
         setup, variants = setup_from(args)
         planned = plan(setup, variants)

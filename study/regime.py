@@ -1,0 +1,271 @@
+"""`forgive study regime`: where FORGIVE pays, mapped against what sets the baseline's slack.
+
+The note's saving is not a property of the protocol alone: it comes out of the gap between its
+DCQCN baseline's all-reduce and the all-reduce's line-rate bound (`study.slack`). Each cell of the
+grid changes one thing that sets that gap from a base point (the note's 64-rank 4:1 fabric and
+job at the study's byte scale): the ring step against the port buffer, the DCQCN profile, the
+fabric's oversubscription, and the other regime options the fabric and job offer. Every cell runs
+`tight` and `forgive` on the same seeds, and the grid reports per cell the baseline's slack,
+forgive's change in training time, the gradient bytes it gave up, the trim rate under both, and
+forgive's CNPs and RTOs against tight's: one point per cell of saving against slack.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from host_agent.core import PROFILES
+from study.claims import number
+from study.slack import allreduce_bound_s
+from topologies.fabric import PRESETS, FabricSpec
+from topologies.results import RunResult, render_table
+from topologies.runner import RunConfig, RunError
+
+TIGHT, FORGIVE = "tight", "forgive"
+POLICIES = (TIGHT, FORGIVE)
+NOTE_SLACK = 32.3 / 10.57
+"""The note's tight all-reduce (32.3 ms, Results ¶2) over its 4:1 fabric's line-rate bound."""
+NOTE_SAVING = (16.1, 16.7)
+"""forgive's saving against tight in the note, percent (Results ¶2)."""
+ECN_FRACTIONS = (800_000 / (4 << 20), 3_200_000 / (4 << 20))
+"""The note's marking thresholds as fractions of its 4 MiB data queue: a cell that resizes the
+queue keeps them, so marking starts at the same fill."""
+
+
+def ring_step_bytes(config: RunConfig) -> float:
+    """What one ring step puts on the busiest leaf uplink: one chunk (the gradient over the
+    ranks) from each rank whose successor sits behind that uplink, ECMP sharing the spines."""
+    from topologies.fabric import plan
+
+    spec = config.fabric
+    _, hosts = config.jobs(plan(spec))[0]
+    chunk = config.workload.grad_bytes / len(hosts)
+    crossing: dict[str, int] = {}
+    for i, host in enumerate(hosts):
+        if hosts[(i + 1) % len(hosts)].leaf != host.leaf:
+            crossing[host.leaf] = crossing.get(host.leaf, 0) + 1
+    if not crossing or not spec.spines:
+        return chunk
+    return chunk * max(crossing.values()) / spec.spines
+
+
+def with_step_over_buffer(config: RunConfig, ratio: float) -> RunConfig:
+    """The data queue resized so that a ring step is `ratio` times it, marking at the same
+    fractions of it."""
+    queue = int(ring_step_bytes(config) / ratio)
+    kmin, kmax = (int(f * queue) for f in ECN_FRACTIONS)
+    switch = replace(
+        config.fabric.switch, data_queue_bytes=queue, ecn_kmin_bytes=kmin, ecn_kmax_bytes=kmax
+    )
+    return replace(config, fabric=replace(config.fabric, switch=switch))
+
+
+def with_fabric(config: RunConfig, name: str) -> RunConfig:
+    """Another preset at the same scaling."""
+    spec: FabricSpec = PRESETS[name]
+    return replace(config, fabric=replace(spec, scaling=config.fabric.scaling))
+
+
+AXES: dict[str, Callable[[RunConfig, Any], RunConfig]] = {
+    "step/buffer": with_step_over_buffer,
+    "dcqcn": lambda config, profile: replace(config, dcqcn=profile),
+    "fabric": with_fabric,
+}
+"""What each axis changes in a run's configuration."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    axis: str
+    value: Any
+
+    @property
+    def name(self) -> str:
+        if self.axis == "base":
+            return "base"
+        value = f"{self.value:g}" if isinstance(self.value, float) else self.value
+        return f"{self.axis}={value}"
+
+    def config(self, base: RunConfig, policy: str, seed: int) -> RunConfig:
+        config = replace(base, policy=policy, seed=seed)
+        return config if self.axis == "base" else AXES[self.axis](config, self.value)
+
+
+BASE = Cell("base", None)
+DEFAULT_GRID: tuple[Cell, ...] = (
+    BASE,
+    *(Cell("step/buffer", r) for r in (0.25, 0.5, 2.0, 4.0, 8.0)),
+    *(Cell("dcqcn", p) for p in PROFILES if p != "paper"),
+    Cell("fabric", "note-1to1"),
+)
+"""The base point (the note's 4:1 fabric, paper profile, ring step about its 4 MiB queue) and
+one change from it per cell."""
+
+
+def parse_cells(text: str) -> tuple[Cell, ...]:
+    """Cells named as the table names them (`base`, `step/buffer=2`, `dcqcn=nic`, ...)."""
+    cells = []
+    for name in (n.strip() for n in text.split(",") if n.strip()):
+        if name == "base":
+            cells.append(BASE)
+            continue
+        axis, sep, value = name.partition("=")
+        if not sep or axis not in AXES:
+            raise RunError(f"--cells: {name!r} is not base or AXIS=VALUE with AXIS one of "
+                           f"{', '.join(AXES)}")  # fmt: skip
+        if axis == "step/buffer":
+            try:
+                ratio = float(value)
+            except ValueError:
+                raise RunError(f"--cells: {name!r}: the ratio must be a number") from None
+            if not 0 < ratio < 1e3:
+                raise RunError(f"--cells: {name!r}: the ratio must lie in (0, 1000)")
+            cells.append(Cell(axis, ratio))
+        elif axis == "dcqcn" and value not in PROFILES:
+            raise RunError(f"--cells: {name!r}: profiles are {', '.join(PROFILES)}")
+        elif axis == "fabric" and value not in PRESETS:
+            raise RunError(f"--cells: {name!r}: fabrics are {', '.join(PRESETS)}")
+        else:
+            cells.append(Cell(axis, value))
+    if not cells:
+        raise RunError("--cells is empty")
+    return tuple(dict.fromkeys(cells))
+
+
+def plan(
+    cells: Sequence[Cell], base: RunConfig, seeds: Sequence[int]
+) -> list[tuple[Cell, RunConfig]]:
+    return [(c, c.config(base, p, s)) for c in cells for p in POLICIES for s in seeds]
+
+
+@dataclass
+class CellFigures:
+    """One cell's figures, each per seed."""
+
+    cell: Cell
+    config: RunConfig
+    slack: dict[int, float | None]
+    change_pct: dict[int, float | None]
+    given_up_pct: dict[int, float | None]
+    trim_tight_pct: dict[int, float | None]
+    trim_forgive_pct: dict[int, float | None]
+    cnps_ratio: dict[int, float | None]
+    rtos_ratio: dict[int, float | None]
+
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("slack", "tight AR / bound"),
+    ("change_pct", "forgive vs tight %"),
+    ("given_up_pct", "given up %"),
+    ("trim_tight_pct", "trim % tight"),
+    ("trim_forgive_pct", "trim % forgive"),
+    ("cnps_ratio", "CNPs / tight's"),
+    ("rtos_ratio", "RTOs / tight's"),
+)
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def figures(
+    planned: Sequence[tuple[Cell, RunConfig]], results: Sequence[RunResult]
+) -> list[CellFigures]:
+    """Per cell, each figure per seed, forgive paired with tight of the same seed."""
+    runs: dict[Cell, dict[str, dict[int, tuple[RunConfig, RunResult]]]] = {}
+    for (cell, config), result in zip(planned, results, strict=True):
+        runs.setdefault(cell, {}).setdefault(config.policy, {})[config.seed] = (config, result)
+    out = []
+    for cell, by_policy in runs.items():
+        tight, forgive = by_policy.get(TIGHT, {}), by_policy.get(FORGIVE, {})
+        seeds = sorted(set(tight) & set(forgive))
+        fig = CellFigures(cell, next(iter(tight.values()))[0], {}, {}, {}, {}, {}, {}, {})
+        for s in seeds:
+            (tc, t), (_, f) = tight[s], forgive[s]
+            tm, fm = t.metrics(), f.metrics()
+            ar = tm["allreduce_noncritical_ms"]
+            fig.slack[s] = None if ar is None else ar / 1e3 / t.time_scale / allreduce_bound_s(tc)
+            fig.change_pct[s] = 100.0 * (f.training_time_s - t.training_time_s) / t.training_time_s
+            fig.given_up_pct[s] = fm["forgiven_pct"]
+            fig.trim_tight_pct[s] = tm["trim_rate_pct"]
+            fig.trim_forgive_pct[s] = fm["trim_rate_pct"]
+            fig.cnps_ratio[s] = _ratio(f.cnps, t.cnps)
+            fig.rtos_ratio[s] = _ratio(f.rtos, t.rtos)
+        out.append(fig)
+    return out
+
+
+def median(values: Mapping[int, float | None]) -> float | None:
+    present = [x for x in values.values() if x is not None]
+    return statistics.median(present) if present else None
+
+
+def spread(values: Mapping[int, float | None]) -> str:
+    present = [x for x in values.values() if x is not None]
+    if not present:
+        return "-"
+    lo, hi = number(min(present)), number(max(present))
+    return f"{lo if lo == hi else f'{lo}..{hi}'} ({len(present)})"
+
+
+def table_rows(cells: Sequence[CellFigures]) -> list[list[str]]:
+    return [
+        [
+            c.cell.name,
+            f"{ring_step_bytes(c.config) / c.config.fabric.switch.data_queue_bytes:.3g}",
+            *(spread(getattr(c, key)) for key, _ in COLUMNS),
+        ]
+        for c in cells
+    ]
+
+
+HEADER = ["cell", "ring step / buffer", *(title for _, title in COLUMNS)]
+
+
+def format_table(cells: Sequence[CellFigures]) -> str:
+    return render_table([HEADER, *table_rows(cells)])
+
+
+def fit(cells: Sequence[CellFigures]) -> tuple[float, float, float] | None:
+    """Least squares of the median saving (percent, positive = faster) on the median slack
+    over the cells: (slope, intercept, RMS residual), or None with fewer than two points."""
+    points = [
+        (x, -y)
+        for c in cells
+        if (x := median(c.slack)) is not None and (y := median(c.change_pct)) is not None
+    ]
+    if len(points) < 2 or len({x for x, _ in points}) < 2:
+        return None
+    xs, ys = zip(*points, strict=True)
+    slope, intercept = statistics.linear_regression(xs, ys)
+    rms = statistics.fmean((y - (slope * x + intercept)) ** 2 for x, y in points) ** 0.5
+    return slope, intercept, rms
+
+
+def to_json(cells: Sequence[CellFigures], meta: Mapping[str, Any]) -> dict[str, Any]:
+    fitted = fit(cells)
+    return {
+        **meta,
+        "note": {"slack": NOTE_SLACK, "saving_pct": list(NOTE_SAVING)},
+        "fit": None
+        if fitted is None
+        else dict(
+            zip(("slope_pct_per_slack", "intercept_pct", "rms_residual_pct"), fitted, strict=True)
+        ),
+        "cells": [
+            {
+                "cell": c.cell.name,
+                "axis": c.cell.axis,
+                "value": c.cell.value,
+                "ring_step_over_buffer": ring_step_bytes(c.config)
+                / c.config.fabric.switch.data_queue_bytes,
+                "allreduce_bound_ms": 1e3 * allreduce_bound_s(c.config),
+                **{key: {str(s): x for s, x in getattr(c, key).items()} for key, _ in COLUMNS},
+                "median": {key: median(getattr(c, key)) for key, _ in COLUMNS},
+            }
+            for c in cells
+        ],
+    }

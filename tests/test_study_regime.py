@@ -1,0 +1,70 @@
+"""`forgive study regime`: a two-cell grid at a coarse byte scale, checked against its own runs,
+and the cells' arithmetic on the note's fabric worked out by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from study import regime
+from topologies.cli import main
+from topologies.fabric import PRESETS
+from topologies.runner import JOBS, RunConfig, RunError
+
+GRID = ["study", "regime", "--fabric", "2to1", "--job", "default", "--steps", "5"]
+GRID += ["--byte-scale", "128", "--seeds", "1", "--cells", "base,step/buffer=4"]
+
+
+def test_a_ring_step_on_the_notes_fabric_is_its_4_mib_queue():
+    base = RunConfig(PRESETS["note-4to1"], workload=JOBS["note"], engine="sim")
+    # 64 MiB / 64 ranks = 1 MiB chunks, 8 hosts of a leaf crossing 2 spines: 4 MiB per uplink
+    assert regime.ring_step_bytes(base) == 4 << 20
+    eight = regime.with_step_over_buffer(base, 8.0).fabric.switch
+    assert eight.data_queue_bytes == 512 << 10
+    assert (eight.ecn_kmin_bytes, eight.ecn_kmax_bytes) == (100_000, 400_000)
+
+
+@pytest.mark.parametrize(
+    ("cells", "message"),
+    [
+        ("buffer=2", "is not base or AXIS=VALUE"),
+        ("step/buffer=x", "the ratio must be a number"),
+        ("step/buffer=0", "the ratio must lie in (0, 1000)"),
+        ("dcqcn=fast", "profiles are"),
+        ("fabric=moon", "fabrics are"),
+        (",", "--cells is empty"),
+    ],
+)
+def test_bad_cells_are_refused_in_one_line(cells, message):
+    with pytest.raises(RunError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        regime.parse_cells(cells)
+
+
+def test_a_two_cell_grid_reports_what_its_runs_measured(tmp_path, capsys):
+    pandas = pytest.importorskip("pandas")
+    out = tmp_path / "out"
+    assert main([*GRID, "--cache", str(tmp_path / "cache"), "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "base" in table and "step/buffer=4" in table and "saving = " in table
+    doc = json.loads((out / "regime.json").read_text())
+    runs = pandas.read_csv(out / "runs.csv").set_index("variant")
+    for cell in doc["cells"]:
+        tight = runs.loc[f"{cell['cell']}/tight"]
+        forgive = runs.loc[f"{cell['cell']}/forgive"]
+        change = 100 * (forgive.training_time_s / tight.training_time_s - 1)
+        assert cell["change_pct"]["1"] == pytest.approx(change)
+        assert cell["given_up_pct"]["1"] == pytest.approx(forgive.forgiven_pct)
+        assert cell["trim_tight_pct"]["1"] == pytest.approx(tight.trim_rate_pct)
+        fabric_ms = tight.allreduce_noncritical_ms / tight.time_scale
+        assert cell["slack"]["1"] == pytest.approx(fabric_ms / cell["allreduce_bound_ms"])
+    base, quarter = doc["cells"]
+    assert base["ring_step_over_buffer"] == pytest.approx(8.0)  # 2to1: 16 MiB chunks, 2 per uplink
+    assert quarter["ring_step_over_buffer"] == pytest.approx(4.0)
+    assert doc["fit"] is not None and doc["note"]["saving_pct"] == [16.1, 16.7]
+    for name in ("saving_vs_slack.png", "given_up_vs_saving.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert "data:image/png;base64," in (out / "report.html").read_text()
+    # a second grid takes every run from the cache
+    assert main([*GRID, "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "b")]) == 0
+    assert capsys.readouterr().err.count("cached in") == 4
