@@ -1,4 +1,7 @@
-"""`forgive study note`: every result of the FORGIVE note, reproduced and set beside the note's own.
+"""`forgive study note`, `calibrate` and `regime`: the FORGIVE note's results, the calibration of
+its baseline, and the regimes its saving depends on.
+
+`note`: every result of the FORGIVE note, reproduced and set beside the note's own.
 
 Runs the note's policy variants on the worst fabric, forgive against tight on
 the same fabric without oversubscription, and the two experiments the note
@@ -8,6 +11,10 @@ study's range over seeds, and whether the direction and the magnitude (within
 a factor of two) are reproduced. Runs are kept in a run cache (default
 results/runs, shared with `forgive compare --cache`), so a study never repeats
 a run it has, and an interrupted study resumes.
+
+`calibrate`: the note's calibration of its DCQCN baseline (study.calibrate): congestion
+control off against DCQCN on, the rate cuts and their share from marks, and `tight`'s
+non-critical all-reduce against its line-rate bound, in the same table form and cache.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from host_agent.core import PROFILES
-from study import page, regime, report
+from study import calibrate, page, regime, report
 from study.claims import CLAIMS, judge
 from study.runs import Setup, by_variant, plan
 from study.variants import BY_NAME, VARIANTS, Variant
@@ -49,6 +56,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     study = sub.add_parser("study", help="reproduce a document's results", description=__doc__)
     which = study.add_subparsers(dest="study", required=True)
     p = which.add_parser("note", help="the FORGIVE note's Results", description=__doc__)
+    _shared_options(p, "note")
+    p.add_argument(
+        "--baseline-seeds",
+        help="seeds of tight and plain dcqcn, which the note runs on five "
+        f"(default {','.join(map(str, DEFAULT_BASELINE_SEEDS))}, or --seeds when given)",
+    )
+    p.add_argument("--nonblocking-fabric", help="the fabric without oversubscription")
+    p.add_argument(
+        "--variants",
+        help=f"only these variants, comma-separated (default all: {', '.join(BY_NAME)})",
+    )
+    c = which.add_parser(
+        "calibrate",
+        help="the note's calibration of its DCQCN baseline",
+        description=calibrate.__doc__,
+    )
+    _shared_options(c, "calibrate")
+    _register_regime(which)
+
+
+def _shared_options(p: argparse.ArgumentParser, name: str) -> None:
+    """The options `study note` and `study calibrate` share."""
     p.add_argument(
         "--engine",
         default="sim",
@@ -57,12 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--seeds", help=f"seeds of every variant (default {','.join(map(str, DEFAULT_SEEDS))})"
     )
-    p.add_argument(
-        "--baseline-seeds",
-        help="seeds of tight and plain dcqcn, which the note runs on five "
-        f"(default {','.join(map(str, DEFAULT_BASELINE_SEEDS))}, or --seeds when given)",
-    )
-    p.add_argument("--out", type=Path, help="output folder (default results/study-note-<time>)")
+    p.add_argument("--out", type=Path, help=f"output folder (default results/study-{name}-<time>)")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="run cache (results/runs)")
     p.add_argument("--fresh", action="store_true", help="rerun the runs the cache has too")
     p.add_argument("--dcqcn", default="paper", help=f"DCQCN profile: {' or '.join(PROFILES)}")
@@ -75,11 +99,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--job", help=f"the training job: {', '.join(JOBS)} (default: the engine's)")
     p.add_argument("--fabric", help="the worst fabric: a preset or a .toml file")
-    p.add_argument("--nonblocking-fabric", help="the fabric without oversubscription")
-    p.add_argument(
-        "--variants",
-        help=f"only these variants, comma-separated (default all: {', '.join(BY_NAME)})",
-    )
     p.add_argument("--switch", default="model", help="model (default) or bmv2")
     p.add_argument("--steps", type=int, default=JOBS["default"].steps)
     p.add_argument(
@@ -91,7 +110,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--byte-scale", type=float, help="divide every byte quantity by this (default 64)"
     )
     p.add_argument("--timeout", type=float, default=600.0, help="per run, s")
-    _register_regime(which)
 
 
 REGIME_BYTE_SCALE = 32.0
@@ -161,20 +179,27 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
     if (args.workers > 1 or args.dask) and args.engine != "sim":
         raise RunError("--workers and --dask need --engine sim (emulations share one host)")
     seeds = DEFAULT_SEEDS if args.seeds is None else _ints(args.seeds, "--seeds")
-    if args.baseline_seeds is not None:
+    calibrating = args.study == "calibrate"
+    if not calibrating and args.baseline_seeds is not None:
         baseline = _ints(args.baseline_seeds, "--baseline-seeds")
     else:
-        baseline = DEFAULT_BASELINE_SEEDS if args.seeds is None else seeds
-    names = BY_NAME if args.variants is None else [n for n in args.variants.split(",") if n]
-    unknown = [n for n in names if n not in BY_NAME]
+        baseline = DEFAULT_BASELINE_SEEDS if args.seeds is None and not calibrating else seeds
+    variants = calibrate.VARIANTS if calibrating else VARIANTS
+    names = [x.name for x in variants]
+    if not calibrating and args.variants is not None:
+        names = [n for n in args.variants.split(",") if n]
+    unknown = [n for n in names if n not in {x.name for x in variants}]
     if unknown or not names:
         raise RunError(f"unknown variant {unknown[0]!r}" if unknown else "--variants is empty")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise RunError(f"--timeout must be a finite number > 0, got {args.timeout}")
     scaling = (args.engine, args.host_link_mbps, args.byte_scale)
+    worst = fabric_from(args.fabric or worst_name, *scaling)
     setup = Setup(
-        worst=fabric_from(args.fabric or worst_name, *scaling),
-        nonblocking=fabric_from(args.nonblocking_fabric or nonblocking_name, *scaling),
+        worst=worst,
+        nonblocking=worst
+        if calibrating
+        else fabric_from(args.nonblocking_fabric or nonblocking_name, *scaling),
         workload=replace(JOBS[job], steps=args.steps),
         seeds=seeds,
         baseline_seeds=baseline,
@@ -183,18 +208,27 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
         timeout_s=args.timeout,
         engine=args.engine,
     )
-    return setup, [v for v in VARIANTS if v.name in names]
+    return setup, [v for v in variants if v.name in names]
 
 
 def _describe(
-    setup: Setup, planned: list[tuple[Variant, RunConfig]], present: int, cache: RunCache
+    name: str,
+    setup: Setup,
+    planned: list[tuple[Variant, RunConfig]],
+    present: int,
+    cache: RunCache,
 ) -> str:
     worst, nb = setup.worst, setup.nonblocking
+    fabrics = f"worst fabric {worst.name} ({worst.oversubscription:g}:1)"
+    seeds = f"seeds {','.join(map(str, setup.seeds))}"
+    if name == "note":
+        fabrics += f", non-oversubscribed {nb.name} ({nb.oversubscription:g}:1)"
+        seeds += f", baseline seeds {','.join(map(str, setup.baseline_seeds))}"
+    else:
+        fabrics += f" at bytes / {worst.scaling.byte_scale:g}, {setup.workload.steps} steps"
     return (
-        f"study note: {len(planned)} runs ({present} in the cache {cache.root}); worst fabric "
-        f"{worst.name} ({worst.oversubscription:g}:1), non-oversubscribed {nb.name} "
-        f"({nb.oversubscription:g}:1); seeds {','.join(map(str, setup.seeds))}, baseline seeds "
-        f"{','.join(map(str, setup.baseline_seeds))}; DCQCN {setup.dcqcn}; engine {setup.engine}"
+        f"study {name}: {len(planned)} runs ({present} in the cache {cache.root}); {fabrics}; "
+        f"{seeds}; DCQCN {setup.dcqcn}; engine {setup.engine}"
     )
 
 
@@ -315,11 +349,12 @@ def main(args: argparse.Namespace) -> int:
     except (RunError, FabricError) as err:
         print(f"forgive study: {err}", file=sys.stderr)
         return 2
+    name = args.study
     cache = RunCache(args.cache)
-    out = args.out or Path("results") / f"study-note-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = args.out or Path("results") / f"study-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     present = sum(1 for _, c in planned if cache.get(c) is not None)
     cached = 0 if args.fresh else present
-    say(_describe(setup, planned, present, cache))
+    say(_describe(name, setup, planned, present, cache))
     started = time.monotonic()
     try:
         results = run_cached(
@@ -342,7 +377,9 @@ def main(args: argparse.Namespace) -> int:
     meta = {
         "engine": args.engine,
         "worst_fabric": setup.worst.name,
-        "nonblocking_fabric": setup.nonblocking.name,
+        **({} if name == "calibrate" else {"nonblocking_fabric": setup.nonblocking.name}),
+        "byte_scale": setup.worst.scaling.byte_scale,
+        "steps": setup.workload.steps,
         "dcqcn": setup.dcqcn,
         "seeds": list(setup.seeds),
         "baseline_seeds": list(setup.baseline_seeds),
@@ -353,7 +390,16 @@ def main(args: argparse.Namespace) -> int:
             name: [str(cache.folder(c)) for v, c in planned if v.name == name] for name in runs
         },
     }
-    table = report.write(out, judge(CLAIMS, runs), runs, meta)
+    if name == "calibrate":
+        tight = next(c for v, c in planned if v.name == calibrate.TIGHT)
+        verdicts = judge(calibrate.claims(tight), runs)
+        held, lines = calibrate.rows_held(verdicts)
+        meta["calibration_rows_held"] = held
+        table = report.write(out, verdicts, runs, meta, title="forgive study calibrate")
+        table += f"\n\ncalibration rows held (direction and x2): {held} of 4\n" + "\n".join(lines)
+        (out / "table.txt").write_text(table + "\n")
+    else:
+        table = report.write(out, judge(CLAIMS, runs), runs, meta)
     print(table)
     say(
         f"\nwall time {wall:.0f} s for {len(planned) - cached} runs ({cached} more from the "

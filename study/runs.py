@@ -39,7 +39,7 @@ class Setup:
             seed=seed,
             workload=workload,
             timeout_s=self.timeout_s,
-            dcqcn=self.dcqcn,
+            dcqcn=variant.dcqcn or self.dcqcn,
             companion=variant.companion,
             engine=self.engine,
         )

@@ -34,6 +34,9 @@ class Variant:
     baseline_seeds: bool = False
     """Run on the baseline seeds (the note gives plain DCQCN five, so its tight baseline
     needs them too) rather than the study's seeds."""
+    dcqcn: str | None = None
+    """The DCQCN profile this variant runs instead of the study's (congestion control off
+    in `forgive study calibrate`), or None."""
 
 
 TIGHT = "tight"
