@@ -8,7 +8,7 @@ import sys
 
 from host_agent.agent import AgentConfig, HostAgent
 from host_agent.api import ApiServer, check_api_path
-from host_agent.core import PROFILES
+from host_agent.core import CONTROLS, PROFILES
 from host_agent.core.sender import MAX_TIMEOUTS
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
@@ -36,6 +36,11 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
         "--dcqcn",
         default="paper",
         help=f"DCQCN profile: {' or '.join(PROFILES)} (default paper; docs/dcqcn.md)",
+    )
+    parser.add_argument(
+        "--cc",
+        default="dcqcn",
+        help=f"congestion control: {' or '.join(CONTROLS)} (default dcqcn; docs/nscc.md)",
     )
     parser.add_argument("--rto", type=float, default=0.01, help="initial retransmission timeout, s")
     parser.add_argument("--rto-max", type=float, default=0.2, help="largest backed-off RTO, s")
@@ -101,6 +106,7 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         keep_payload=not args.no_payload,
         trim_locations=locations,
         dcqcn=args.dcqcn,
+        cc=args.cc,
     )
     host = HostConfig(
         ip=args.ip,

@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from host_agent.acks import ACK_DELAY, ACK_DELAY_PER_RTO, ACK_EVERY, AckCoalescer
-from host_agent.core import PROFILES, DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
+from host_agent.core import (
+    CONTROLS,
+    PROFILES,
+    DcqcnParams,
+    ForgiveReceiver,
+    ForgiveSender,
+    NsccParams,
+    ReceiverPolicy,
+)
 from host_agent.core.sender import MAX_TIMEOUTS
 from host_agent.events import (
     BoundViolation,
@@ -58,6 +66,11 @@ _CONTROL = int(Dscp.CONTROL)
 UNLOCATED = "unlocated"
 """Where a trimmed header whose DSCP names no location is counted."""
 
+NSCC_ACK_EVERY = 1
+"""An ACK per packet under NSCC, as uet-htsim's receiver sends them: a window of a few packets
+(the simulator's fabric at bytes / 128 holds about seven) would otherwise wait out the ACK
+delay on every round trip, and NSCC's increases and decreases are per ACK."""
+
 Datagram = tuple[bytes, int, int, bytes]
 """(peer, DSCP, flow id, FTH bytes) of one packet to send."""
 TRIM_BIN_S = 1e-6
@@ -84,7 +97,9 @@ class EndpointConfig:
     periods, the receiver's CNP interval and the ACK hold time stretch by it)."""
     keep_payload: bool = True
     """False: the receiver keeps no flow bytes (no `deliver`), for runs that only time flows."""
-    ack_every: int = ACK_EVERY
+    ack_every: int | None = None
+    """ACKs coalesced per flow; None: the congestion control's own (ACK_EVERY under DCQCN,
+    NSCC_ACK_EVERY under NSCC, whose window moves with every ACK)."""
     trim_locations: Mapping[int, str] = field(default_factory=dict)
     """DSCP -> where a trimmed header with that DSCP was trimmed ("host": on the last hop,
     "fabric": inside the fabric), as the switches' asymmetric trim DSCP says. Every
@@ -92,6 +107,10 @@ class EndpointConfig:
     `rx_trims_unlocated` for a DSCP not listed); empty: trims are not located."""
     dcqcn: str = "paper"
     """The DCQCN profile (host_agent.core.dcqcn.PROFILES) of the sender and the notification point."""
+    cc: str = "dcqcn"
+    """The sender's congestion control (host_agent.core.CONTROLS): DCQCN's rate, or NSCC's
+    window (docs/nscc.md). The receiver's notification point is DCQCN's either way; NSCC
+    reads the ECN echo on ACKs and leaves the CNPs unanswered."""
 
     def validate(self) -> None:
         """Raise ValueError on the first bad setting."""
@@ -106,12 +125,16 @@ class EndpointConfig:
             raise ValueError("need 0 < rto <= rto_max")
         if self.time_scale <= 0:
             raise ValueError("time scale must be positive")
-        if self.ack_every < 1:
+        if self.ack_every is not None and self.ack_every < 1:
             raise ValueError("ack_every must be >= 1")
         if self.max_timeouts < 1:
             raise ValueError("max timeouts must be >= 1")
         if self.dcqcn not in PROFILES:
             raise ValueError(f"unknown DCQCN profile {self.dcqcn!r} (known: {', '.join(PROFILES)})")
+        if self.cc not in CONTROLS:
+            raise ValueError(
+                f"unknown congestion control {self.cc!r} (known: {', '.join(CONTROLS)})"
+            )
 
 
 @dataclass(slots=True)
@@ -185,13 +208,21 @@ class Endpoint:
                 **dcqcn.receiver_fields(),
             )
         )
+        cc = (
+            NsccParams.for_link(config.line_rate_bps, config.time_scale)
+            if config.cc == "nscc"
+            else dcqcn
+        )
         self.tx = ForgiveSender(
-            dcqcn, rto=config.rto, rto_max=config.rto_max, max_timeouts=config.max_timeouts
+            cc, rto=config.rto, rto_max=config.rto_max, max_timeouts=config.max_timeouts
         )
         # A held ACK must never outlast the peer's first timeout: at a fabric's own rates
         # (the simulator) that timeout is microseconds, far below the emulation's ACK_DELAY.
         ack_delay = min(ACK_DELAY * config.time_scale, config.rto / ACK_DELAY_PER_RTO)
-        self.acks = AckCoalescer(config.ack_every, ack_delay)
+        every = config.ack_every
+        if every is None:
+            every = NSCC_ACK_EVERY if config.cc == "nscc" else ACK_EVERY
+        self.acks = AckCoalescer(every, ack_delay)
         self.counters: Counter = Counter()
         self._trim_keys = {
             dscp: f"rx_trims_{where}" for dscp, where in config.trim_locations.items()
@@ -614,6 +645,7 @@ _SEND_FIELDS = (
     "obeying_again_time",
     "rtt_max",
     "late_acks",
+    "window",
 )
 
 

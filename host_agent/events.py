@@ -43,6 +43,9 @@ class SendDone:
     not lost."""
     mark_cuts: int = 0
     """Of `rate_cuts`, those that answered an ECN mark rather than a trim alone."""
+    window: dict[str, float] | None = None
+    """NSCC only (recorded only then): the flow's window, its bound, base round trip and
+    smoothed queueing delay when it ended."""
 
     kind = "send_done"
 
@@ -122,10 +125,15 @@ def record(event: Event) -> dict[str, Any]:
     out: dict[str, Any] = {"event": event.kind}
     for f in fields(event):
         if f.name not in _NOT_RECORDED:
-            out[f.name] = getattr(event, f.name)
+            value = getattr(event, f.name)
+            if value is None and f.name in _RECORDED_WHEN_SET:
+                continue
+            out[f.name] = value
     if isinstance(event, Shed):
         out["shed"] = True
     return out
 
 
 _NOT_RECORDED = frozenset(("payload", "sending"))
+_RECORDED_WHEN_SET = frozenset(("window",))
+"""Fields a record has only when they hold a value, so runs without them record as before."""

@@ -348,7 +348,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         "bound", "every variant: loss bound held on every step (1 = yes)", R + "6",
         "The loss-budget invariant held on every step.",
-        (1.0, 1.0), EQUAL, 1.0, lambda runs: fg.bound_held(runs, [x.name for x in v.VARIANTS]),
+        (1.0, 1.0), EQUAL, 1.0, lambda runs: fg.bound_held(runs, [x.name for x in v.VARIANTS + v.NSCC_VARIANTS]),
         unit="",
     ),
     Claim(
@@ -442,4 +442,33 @@ CLAIMS: tuple[Claim, ...] = (
         None, BELOW, "lost.forgive", _lost(v.FALSE),
     ),
 )  # fmt: skip
-BY_KEY = {c.key: c for c in CLAIMS}
+NSCC_LIMIT = (
+    "Ultra Ethernet's default is Network Signal-based Congestion Control, which I have not "
+    "modelled, so nothing here says whether the idea applies to it."
+)
+NSCC_CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "nscc.forgive", "NSCC: forgive's training time vs tight under NSCC, %", LIMITS + "4",
+        NSCC_LIMIT, None, BELOW, 0.0, _time(v.NSCC_FORGIVE, v.NSCC_TIGHT),
+    ),
+    Claim(
+        "nscc.P0", "NSCC: forgive-P0's training time vs tight under NSCC, %", LIMITS + "4",
+        NSCC_LIMIT, None, BELOW, 0.0, _time(v.NSCC_P0, v.NSCC_TIGHT),
+    ),
+    Claim(
+        "nscc.plain", "NSCC: plain (no loss)'s training time vs tight under NSCC, %",
+        LIMITS + "4", NSCC_LIMIT, None, WITHIN, (-1.1, 0.8), _time(v.NSCC_PLAIN, v.NSCC_TIGHT),
+    ),
+    Claim(
+        "nscc.vs.dcqcn", "tight: training time under NSCC vs under DCQCN, %", LIMITS + "4",
+        NSCC_LIMIT, None, BELOW, 0.0, _time(v.NSCC_TIGHT, v.TIGHT),
+    ),
+    Claim(
+        "nscc.lost", "NSCC, forgive: gradient bytes given up, %", LIMITS + "4",
+        NSCC_LIMIT, None, ABOVE, 0.0, _lost(v.NSCC_FORGIVE),
+    ),
+)  # fmt: skip
+"""Rows a study with `--cc nscc` adds: the note has no figure for them. Their directions are
+the questions asked: does forgive still save under NSCC, does NSCC's tight baseline beat
+DCQCN's."""
+BY_KEY = {c.key: c for c in CLAIMS + NSCC_CLAIMS}

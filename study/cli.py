@@ -27,11 +27,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from host_agent.core import PROFILES
+from host_agent.core import CONTROLS, PROFILES
 from study import calibrate, page, regime, report
-from study.claims import CLAIMS, judge
+from study.claims import CLAIMS, NSCC_CLAIMS, judge
 from study.runs import Setup, by_variant, plan
-from study.variants import BY_NAME, VARIANTS, Variant
+from study.variants import BY_NAME, NSCC_VARIANTS, VARIANTS, Variant
 from topologies.cache import RunCache, run_cached
 from topologies.fabric import FabricError
 from topologies.options import fabric_from
@@ -63,6 +63,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"(default {','.join(map(str, DEFAULT_BASELINE_SEEDS))}, or --seeds when given)",
     )
     p.add_argument("--nonblocking-fabric", help="the fabric without oversubscription")
+    p.add_argument(
+        "--cc",
+        default="dcqcn",
+        help=f"{' or '.join(CONTROLS)}; nscc adds the headline variants under NSCC "
+        f"({', '.join(v.name for v in NSCC_VARIANTS)}) and their rows (docs/nscc.md)",
+    )
     p.add_argument(
         "--variants",
         help=f"only these variants, comma-separated (default all: {', '.join(BY_NAME)})",
@@ -184,13 +190,18 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
         baseline = _ints(args.baseline_seeds, "--baseline-seeds")
     else:
         baseline = DEFAULT_BASELINE_SEEDS if args.seeds is None and not calibrating else seeds
-    variants = calibrate.VARIANTS if calibrating else VARIANTS
-    names = [x.name for x in variants]
+    cc = getattr(args, "cc", "dcqcn")  # `study note` alone has --cc
+    if cc not in CONTROLS:
+        raise RunError(f"--cc must be one of {', '.join(CONTROLS)}, got {cc!r}")
+    variants = calibrate.VARIANTS if calibrating else VARIANTS + NSCC_VARIANTS
+    names = [x.name for x in variants if x.cc == "dcqcn"]
     if not calibrating and args.variants is not None:
         names = [n for n in args.variants.split(",") if n]
     unknown = [n for n in names if n not in {x.name for x in variants}]
     if unknown or not names:
         raise RunError(f"unknown variant {unknown[0]!r}" if unknown else "--variants is empty")
+    if cc == "nscc":
+        names += [v.name for v in NSCC_VARIANTS if v.name not in names]
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise RunError(f"--timeout must be a finite number > 0, got {args.timeout}")
     scaling = (args.engine, args.host_link_mbps, args.byte_scale)
@@ -381,6 +392,7 @@ def main(args: argparse.Namespace) -> int:
         "byte_scale": setup.worst.scaling.byte_scale,
         "steps": setup.workload.steps,
         "dcqcn": setup.dcqcn,
+        **({"cc": sorted({v.cc for v in variants})} if name == "note" else {}),
         "seeds": list(setup.seeds),
         "baseline_seeds": list(setup.baseline_seeds),
         "wall_time_s": wall,
@@ -399,7 +411,9 @@ def main(args: argparse.Namespace) -> int:
         table += f"\n\ncalibration rows held (direction and x2): {held} of 4\n" + "\n".join(lines)
         (out / "table.txt").write_text(table + "\n")
     else:
-        table = report.write(out, judge(CLAIMS, runs), runs, meta)
+        nscc = any(v.cc == "nscc" for v in variants)
+        claims = CLAIMS + NSCC_CLAIMS if nscc else CLAIMS
+        table = report.write(out, judge(claims, runs), runs, meta)
     print(table)
     say(
         f"\nwall time {wall:.0f} s for {len(planned) - cached} runs ({cached} more from the "

@@ -40,6 +40,7 @@ class Setup:
             workload=workload,
             timeout_s=self.timeout_s,
             dcqcn=variant.dcqcn or self.dcqcn,
+            cc=variant.cc,
             companion=variant.companion,
             engine=self.engine,
         )

@@ -37,6 +37,8 @@ class Variant:
     dcqcn: str | None = None
     """The DCQCN profile this variant runs instead of the study's (congestion control off
     in `forgive study calibrate`), or None."""
+    cc: str = "dcqcn"
+    """The senders' congestion control (host_agent.core.CONTROLS)."""
 
 
 TIGHT = "tight"
@@ -72,7 +74,19 @@ VARIANTS: tuple[Variant, ...] = (
     Variant(MISSED, "forgive", misclassify=CRITICAL_MISSED),
     Variant(FALSE, "forgive", misclassify=FALSE_CRITICAL),
 )
-BY_NAME = {v.name: v for v in VARIANTS}
+NSCC_TIGHT = "nscc:tight"
+NSCC_FORGIVE = "nscc:forgive"
+NSCC_P0 = "nscc:forgive-P0"
+NSCC_PLAIN = "nscc:plain"
+NSCC_VARIANTS: tuple[Variant, ...] = (
+    Variant(NSCC_TIGHT, "tight", cc="nscc"),
+    Variant(NSCC_FORGIVE, "forgive", cc="nscc"),
+    Variant(NSCC_P0, "forgive-P0", cc="nscc"),
+    Variant(NSCC_PLAIN, "dcqcn", cc="nscc"),
+)
+"""The headline variants again with NSCC in every sender (`forgive study note --cc nscc`);
+`nscc:plain` is the `dcqcn` policy, no loss tolerance and no exemption, under NSCC."""
+BY_NAME = {v.name: v for v in VARIANTS + NSCC_VARIANTS}
 
 
 def critical_steps(steps: int) -> frozenset[int]:

@@ -33,6 +33,8 @@ def config_doc(config: RunConfig) -> dict[str, Any]:
     """What decides a run: the configuration without its timeout, and the cache version."""
     doc = asdict(config)
     doc.pop("timeout_s")
+    if doc["cc"] == "dcqcn":
+        doc.pop("cc")  # DCQCN runs keep the keys they had before NSCC existed
     return {"cache_version": CACHE_VERSION, **doc}
 
 

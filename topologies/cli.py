@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from host_agent.core import PROFILES
+from host_agent.core import CONTROLS, PROFILES
 from impact import cli as impact_cli
 from study import cli as study_cli
 from topologies.cache import RunCache, link_runs, run_cached
@@ -105,6 +105,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default="paper",
         help=f"DCQCN profile of every host: {' or '.join(PROFILES)} (default paper; docs/dcqcn.md)",
     )
+    parser.add_argument(
+        "--cc",
+        default="dcqcn",
+        help=f"congestion control of every sender: {' or '.join(CONTROLS)} (default dcqcn; "
+        "docs/nscc.md)",
+    )
     parser.add_argument("--burst", action="store_true", help="background burst on step 2")
     parser.add_argument(
         "--placement",
@@ -162,6 +168,7 @@ def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
             args.placement,
             engine=args.engine,
             dcqcn=args.dcqcn,
+            cc=args.cc,
         )
         for policy in policies
         for seed in seeds

@@ -29,7 +29,7 @@ import grpc
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import parse as parse_description
 from controller.topology import switch_port_mac
-from host_agent.core import PROFILES
+from host_agent.core import CONTROLS, PROFILES
 from host_agent.policies import parse_policy
 from switch_model.surface import PortCounters
 from topologies.collect import collect, read_jsonl
@@ -96,6 +96,8 @@ class RunConfig:
     engine: str = "mininet"
     dcqcn: str = "paper"
     """The DCQCN profile every host runs (host_agent.core.dcqcn)."""
+    cc: str = "dcqcn"
+    """The congestion control every sender runs (host_agent.core.CONTROLS; docs/nscc.md)."""
     companion: str | None = None
     """The policy of a second job of the same shape on the other half of the hosts, or None:
     the first job takes the first half of the ranks' hosts, the second the rest."""
@@ -114,6 +116,8 @@ class RunConfig:
             )
         if self.dcqcn not in PROFILES:
             raise RunError(f"--dcqcn must be one of {', '.join(PROFILES)}, got {self.dcqcn!r}")
+        if self.cc not in CONTROLS:
+            raise RunError(f"--cc must be one of {', '.join(CONTROLS)}, got {self.cc!r}")
         if self.companion is not None and self.fabric.host_count < 4:
             raise RunError("a second job needs a fabric of at least 4 hosts (2 per job)")
         try:
@@ -507,7 +511,7 @@ def _trainer_command(
     cfg = config.training_config(fabric_plan, rank, job)
     agent = agent_settings(config, fabric_plan)
     cmd = [sys.executable, "-m", "workload.train", "--iface", f"{host.name}-eth0"]
-    cmd += ["--policy", policy, "--dcqcn", agent["dcqcn"]]
+    cmd += ["--policy", policy, "--dcqcn", agent["dcqcn"], "--cc", agent["cc"]]
     cmd += ["--line-rate", str(agent["line_rate_bps"])]
     cmd += ["--time-scale", str(agent["time_scale"])]
     cmd += ["--rto", f"{agent['rto']:.6f}", "--rto-max", f"{agent['rto_max']:.6f}"]
@@ -534,6 +538,7 @@ def agent_settings(
         "rto_max": 10 * rto,
         "trim_locations": fabric_plan.fabric().trim_locations(),
         "dcqcn": config.dcqcn,
+        "cc": config.cc,
     }
 
 

@@ -18,10 +18,12 @@ from host_agent.core.detector import (
     Misclassifying,
     StaticSchedule,
 )
+from host_agent.core.nscc import CONTROLS, NsccParams, NsccWindow
 from host_agent.core.receiver import ForgiveReceiver, ReceiverPolicy
 from host_agent.core.sender import EXEMPT, OBEYING, ForgiveSender
 
 __all__ = [
+    "CONTROLS",
     "EXEMPT",
     "OBEYING",
     "PROFILES",
@@ -34,6 +36,8 @@ __all__ = [
     "LineRate",
     "Misclassifying",
     "NicDcqcnRate",
+    "NsccParams",
+    "NsccWindow",
     "ReceiverPolicy",
     "StaticSchedule",
     "new_rate",

@@ -1,4 +1,9 @@
-"""The FORGIVE sender: segmentation, pacing, selective repeat, RTO, DCQCN and the mode bit.
+"""The FORGIVE sender: segmentation, pacing, selective repeat, RTO, congestion control and the
+mode bit.
+
+Congestion control is DCQCN (a rate per flow, cut by CNPs and NACKs) or NSCC (a window per
+flow, driven by the ECN echo and round trip of every ACK and by NACKs), chosen by the
+params the sender is built with; the exemption applies to whichever runs.
 
 OnFlowStart, OnReport, OnCongestionNotification and OnRetransmissionRequest
 from the note are `open_flow`, `_on_report`, `_on_cnp` and `_on_nack` here.
@@ -14,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from host_agent.core.dcqcn import DcqcnParams, DcqcnRate, LineRate, NicDcqcnRate, new_rate
+from host_agent.core.nscc import NsccParams, NsccWindow
 from host_agent.core.scoreboard import AckedRanges
 from host_agent.wire import (
     FTH_LEN,
@@ -58,7 +64,7 @@ class TxFlow:
     flow_id: int
     size: int
     data: memoryview | None
-    rate: DcqcnRate | NicDcqcnRate | LineRate
+    rate: DcqcnRate | NicDcqcnRate | LineRate | NsccWindow
     opened: float
     next_new: int = 0
     acked: AckedRanges = field(default_factory=AckedRanges)
@@ -110,9 +116,17 @@ class TxFlow:
     obeying_again_time: float = 0.0
     """Time spent obeying congestion control after the flow's exemption first began."""
     finished: float | None = None
+    window_blocked: bool = False
+    """NSCC: the window was full when the flow's turn came; an ACK or NACK reschedules it."""
 
     def has_work(self) -> bool:
         return bool(self.retx) or self.next_new < self.size
+
+    def in_flight(self) -> int:
+        """Bytes sent and neither acknowledged nor waiting to be resent: what a window holds.
+        Derived from the flow's state rather than counted, so that it cannot drift."""
+        waiting = sum(hi - lo for lo, hi in self.retx)
+        return max(0, self.next_new - self.acked_bytes - waiting)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -141,14 +155,27 @@ class TxFlow:
             "obeying_again_time": self.obeying_again_time,
             "opened": self.opened,
             "finished": self.finished,
+            "window": self.window_state(),
+        }
+
+    def window_state(self) -> dict[str, float] | None:
+        """NSCC's window, base round trip and smoothed queueing delay; None under DCQCN."""
+        rate = self.rate
+        if not isinstance(rate, NsccWindow):
+            return None
+        return {
+            "window_bytes": rate.window,
+            "max_window_bytes": rate.max_window,
+            "base_rtt": rate.base_rtt,
+            "avg_delay": rate.avg_delay,
         }
 
 
 class ForgiveSender:
     """Sans-IO sender: `poll(now)` returns the DATA packets due, `receive` takes feedback.
 
-    The NIC is paced at the line rate and each flow at its DCQCN rate; the
-    retransmission timeout backs off exponentially per flow and resets on progress.
+    The NIC is paced at the line rate and each flow at its DCQCN rate, or under NSCC at the
+    line rate within its window; the retransmission timeout backs off exponentially per flow and resets on progress.
     After `max_timeouts` timeout rounds in a row with no byte acknowledged, a flow fails:
     it stops, `flow_state` says `failed`, and `take_failed` reports it once.
 
@@ -159,7 +186,7 @@ class ForgiveSender:
 
     def __init__(
         self,
-        params: DcqcnParams,
+        params: DcqcnParams | NsccParams,
         *,
         rto: float = 1e-3,
         rto_max: float = 0.2,
@@ -170,6 +197,7 @@ class ForgiveSender:
         if isinstance(max_timeouts, bool) or not isinstance(max_timeouts, int) or max_timeouts < 1:
             raise ValueError(f"max_timeouts must be an integer >= 1, got {max_timeouts!r}")
         self.params = params
+        self._windowed = isinstance(params, NsccParams)
         self.rto = rto
         self.rto_max = rto_max
         self.max_timeouts = max_timeouts
@@ -221,7 +249,9 @@ class ForgiveSender:
             flow_id,
             size_bytes,
             memoryview(data) if data is not None else None,
-            new_rate(self.params, now),
+            NsccWindow(self.params, now, path.rtt_min)
+            if isinstance(self.params, NsccParams)
+            else new_rate(self.params, now),
             opened=now,
             path=path,
             rto=path.rto,
@@ -321,6 +351,9 @@ class ForgiveSender:
             if t < flow.next_send_at:  # the rate may have changed during the gap
                 self._retime(flow, now)
                 self._schedule(flow, now)
+                continue
+            if self._windowed and flow.in_flight() + PACKET_BYTES > flow.rate.window:  # type: ignore[union-attr]
+                flow.window_blocked = True
                 continue
             packet = self._next_packet(flow, now)
             if packet is None:
@@ -461,7 +494,7 @@ class ForgiveSender:
                 self.rejected["out_of_range"] += 1
                 return
             self._on_report(flow, flags, now)
-            self._on_ack(flow, seq, aux, length, now)
+            self._on_ack(flow, seq, aux, length, now, bool(flags & _ECE))
         elif opcode == _NACK:
             # the requested range [seq, seq + length), rcv_nxt in aux
             if aux > flow.size or seq + length > flow.size:
@@ -479,7 +512,8 @@ class ForgiveSender:
         congestion notification: the receiver's CNP for the same mark went out before
         that report and found the flow still exempt, and the note keeps the echo so
         the signal is still there once the flow obeys again. While a flow obeys
-        throughout, CNPs alone cut its rate, so no mark counts twice.
+        throughout, CNPs alone cut its rate, so no mark counts twice. Under NSCC the echo
+        is the signal itself: the ACK or NACK that carries it is applied next, obeying.
         """
         mode = EXEMPT if flags & _ELIGIBLE and not flags & _EXHAUSTED else OBEYING
         if mode != flow.cc_mode:
@@ -490,10 +524,11 @@ class ForgiveSender:
                 flow.exempt_since = now
             else:
                 flow.obeying_again_since = now
-                if flags & _ECE:
+                if flags & _ECE and not self._windowed:
                     self._reduce(flow, now, mark=True)
 
-    def _settle(self, flow: TxFlow, lo: int, hi: int, now: float) -> None:
+    def _settle(self, flow: TxFlow, lo: int, hi: int, now: float) -> int:
+        """Record [lo, hi) as acknowledged; returns the bytes of it that were not yet."""
         fresh = flow.acked.add(lo, hi)
         if fresh:
             flow.acked_bytes += fresh
@@ -508,6 +543,7 @@ class ForgiveSender:
                 flow.sent_order.clear()
                 flow.retx.clear()
                 self._completed.append(flow.flow_id)
+        return fresh
 
     def _sample_rtt(self, flow: TxFlow, rtt: float) -> None:
         """RFC 6298's estimator; `rto` is both the initial and the smallest timeout."""
@@ -521,22 +557,36 @@ class ForgiveSender:
             path.srtt = 0.875 * path.srtt + 0.125 * rtt
         path.rto = min(max(self.rto, path.srtt + 4 * path.rttvar), self.rto_max)
 
-    def _on_ack(self, flow: TxFlow, rcv_nxt: int, lo: int, length: int, now: float) -> None:
+    def _on_ack(
+        self, flow: TxFlow, rcv_nxt: int, lo: int, length: int, now: float, marked: bool = False
+    ) -> None:
         segment = flow.inflight.get(lo) if length else None
+        rtt = None
         if segment is not None and segment[0] == lo + length:
             age = now - segment[1]
             if not segment[2]:
                 # Karn: only a segment sent once gives an unambiguous sample.
+                rtt = age
                 self._sample_rtt(flow, age)
             elif flow.path.rtt_min is not None and age < flow.path.rtt_min:
                 flow.late_acks += 1
-        self._settle(flow, 0, rcv_nxt, now)
+        fresh = self._settle(flow, 0, rcv_nxt, now)
         if length:
-            self._settle(flow, lo, lo + length, now)
+            fresh += self._settle(flow, lo, lo + length, now)
         order = flow.sent_order
         while order and order[0][2] <= flow.acked.una:
             _, seg_lo, _ = order.popleft()
             flow.inflight.pop(seg_lo, None)
+        if self._windowed and not flow.stopped:
+            window: NsccWindow = flow.rate  # type: ignore[assignment]
+            window.on_ack(fresh, rtt, marked, flow.in_flight(), now, react=flow.cc_mode == OBEYING)
+            self._unblock(flow, now)
+
+    def _unblock(self, flow: TxFlow, now: float) -> None:
+        """A window that was full may have room again."""
+        if flow.window_blocked:
+            flow.window_blocked = False
+            self._schedule(flow, now)
 
     def _on_nack(self, flow: TxFlow, lo: int, length: int, rcv_nxt: int, now: float) -> None:
         """OnRetransmissionRequest: the report is applied already; a NACK cuts the rate
@@ -545,11 +595,21 @@ class ForgiveSender:
         self._settle(flow, 0, rcv_nxt, now)
         if flow.done:
             return
-        if flow.cc_mode == OBEYING:
-            self._reduce(flow, now, mark=False)
         hi = min(lo + length, flow.size)
+        segment = flow.inflight.get(lo)
+        if flow.cc_mode == OBEYING:
+            if self._windowed:
+                sent_once = segment is not None and segment[0] == hi and not segment[2]
+                rtt = now - segment[1] if sent_once else None  # type: ignore[index]
+                nacked = max(0, hi - lo)  # out of flight from now: it waits to be resent
+                window: NsccWindow = flow.rate  # type: ignore[assignment]
+                window.on_nack(nacked, rtt, max(0, flow.in_flight() - nacked), now)
+            else:
+                self._reduce(flow, now, mark=False)
         if lo >= hi:
+            self._unblock(flow, now)
             return
+        flow.window_blocked = False
         # The requested segment is being resent now, so its own timer no longer applies.
         flow.inflight.pop(lo, None)
         flow.retx.append((lo, hi))
@@ -561,11 +621,12 @@ class ForgiveSender:
         if flow.cc_mode == EXEMPT:
             flow.cnps_ignored += 1
             return
-        self._reduce(flow, now, mark=True)
+        if not self._windowed:  # NSCC reads the same mark from the ACK's echo instead
+            self._reduce(flow, now, mark=True)
 
     def _reduce(self, flow: TxFlow, now: float, mark: bool) -> None:
         """ReduceRate for an ECN mark (`mark`) or a trim: a cut now, or one due at the
         profile's next check; either way the pending departure follows the rate."""
-        flow.rate.reduce(now, mark)
+        flow.rate.reduce(now, mark)  # type: ignore[union-attr]
         self._retime(flow, now)
         self._schedule(flow, now)
