@@ -413,3 +413,26 @@ def test_an_8_to_1_incast_lands_near_uet_htsims_published_result():
     # Without NSCC's reaction the same burst would trim far more: the window's cut is
     # what keeps it near uet-htsim's figure (an ideal 8 MiB at 400 Gbps takes 168 us).
     assert tail_us > 8 * (1 << 20) * 8 / 400e9 * 1e6
+
+
+def test_the_emulation_gives_every_trainer_nscc_with_its_timers_stretched(tmp_path):
+    """Both engines build the sender from the same EndpointConfig: the simulator directly,
+    the emulation through the trainer's command line, which must carry --cc."""
+    from host_agent.cli import config_from
+    from host_agent.endpoint import Endpoint
+    from topologies.fabric import plan, preset
+    from topologies.runner import RunConfig, _trainer_command
+    from workload.train import arguments
+
+    config = RunConfig(preset("2to1"), cc="nscc")
+    fabric_plan = plan(config.fabric)
+    files = {h.name: tmp_path / h.name for h in fabric_plan.hosts}
+    cmd = _trainer_command(config, fabric_plan, 0, files, files)
+    endpoint = Endpoint(config_from(arguments().parse_args(cmd[3:])).host.endpoint)
+    params = endpoint.tx.params
+    scaling = config.fabric.scaling
+    assert isinstance(params, NsccParams)
+    assert params.time_scale == scaling.time_scale == 312.5
+    assert params.target_delay == pytest.approx(312.5 * 0.75 * NETWORK_RTT)
+    assert params.line_rate_bps == scaling.rate(400e9)
+    assert endpoint.acks.every == 1

@@ -100,6 +100,7 @@ def test_the_detector_and_second_job_rows_come_from_their_variants(tmp_path, sta
         (["--seeds", "1,x"], "bad --seeds '1,x'"),
         (["--variants", "tight,reckless"], "unknown variant 'reckless'"),
         (["--dcqcn", "ns3"], "--dcqcn must be one of paper, nic"),
+        (["--cc", "tcp"], "--cc must be one of dcqcn, nscc"),
         (["--fabric", "8to1"], "unknown fabric preset '8to1'"),
         (["--timeout", "nan"], "--timeout must be a finite number"),
         (["--engine", "mininet", "--workers", "2"], "--workers and --dask need --engine sim"),
@@ -142,3 +143,35 @@ def test_the_plan_gives_each_variant_its_fabric_seeds_job_and_detector():
     assert by[FALSE, 1].workload.misclassify == (4, 6, 8, 10, 12, 14, 16, 18)
     assert wrong_steps(None, 20) == () and BY_NAME["dcqcn"].baseline_seeds
     assert all(c.engine == "sim" and c.workload.tp_group == 8 for _, c in planned)
+
+
+def test_cc_nscc_adds_the_headline_variants_under_nscc_and_their_rows(tmp_path, stand_in_engine):
+    assert study(tmp_path, "--variants", "tight", "--cc", "nscc") == 0
+    calls = (tmp_path / "cache" / "calls").read_text().splitlines()
+    assert len(calls) == 2 * 5  # tight under DCQCN and the four NSCC variants, two seeds
+    doc = json.loads((tmp_path / "out" / "study.json").read_text())
+    assert set(doc["variants"]) == {
+        "tight", "nscc:tight", "nscc:forgive", "nscc:forgive-P0", "nscc:plain"
+    }  # fmt: skip
+    assert doc["cc"] == ["dcqcn", "nscc"]
+    claims = {c["key"]: c for c in doc["claims"]}
+    # the stand-in times runs by policy alone, so NSCC's are DCQCN's: (84+s)/(100+s) - 1
+    assert claims["nscc.forgive"]["values"] == pytest.approx(
+        {"1": 100 * (85 / 101 - 1), "2": 100 * (86 / 102 - 1)}
+    )
+    assert claims["nscc.vs.dcqcn"]["values"] == {"1": 0.0, "2": 0.0}
+    # and a study without --cc has neither the variants nor the rows
+    assert study(tmp_path / "plain", "--variants", "tight") == 0
+    plain = json.loads((tmp_path / "plain" / "out" / "study.json").read_text())
+    assert "nscc.forgive" not in {c["key"] for c in plain["claims"]}
+    assert "cc" in plain and plain["cc"] == ["dcqcn"]
+
+
+def test_an_nscc_run_is_its_own_in_the_cache_and_a_dcqcn_run_keeps_its_key():
+    from topologies.cache import config_doc, run_key
+    from topologies.fabric import preset
+
+    dcqcn = RunConfig(preset("note-4to1"), engine="sim")
+    nscc = RunConfig(preset("note-4to1"), engine="sim", cc="nscc")
+    assert "cc" not in config_doc(dcqcn) and config_doc(nscc)["cc"] == "nscc"
+    assert run_key(dcqcn) != run_key(nscc)
