@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
-.PHONY: setup run test lint format bench bench-agent bench-bmv2 bench-switch clean p4 p4-tna ptf
+.PHONY: setup run test lint format bench bench-agent bench-bmv2 bench-switch clean p4 p4-nic p4-tna ptf
 
 setup: $(STAMP_PIP)
 
@@ -69,6 +69,16 @@ p4:
 	$(P4C) --arch v1model --std p4-16 -o $(P4_OUT)/forgive.json \
 	    --p4runtime-files $(P4_OUT)/forgive.p4info.txt p4src/forgive.p4
 	mv $(P4_OUT)/forgive.p4info.txt $(P4_OUT)/forgive.p4info.txtpb
+
+# The NIC program (p4src/pna/forgive_nic.p4) through p4c's BMv2 PNA backend, for
+# BMv2's pna_nic; its JSON and P4Info are committed the same way (docs/nic.md).
+P4C_PNA ?= p4c-bm2-pna
+NIC_OUT ?= p4src/pna/build
+p4-nic:
+	@mkdir -p $(NIC_OUT)
+	$(P4C_PNA) --std p4-16 -o $(NIC_OUT)/forgive_nic.json \
+	    --p4runtime-files $(NIC_OUT)/forgive_nic.p4info.txt p4src/pna/forgive_nic.p4
+	mv $(NIC_OUT)/forgive_nic.p4info.txt $(NIC_OUT)/forgive_nic.p4info.txtpb
 
 # The Tofino program (p4src/tna/forgive.p4) through bf-p4c, the open Tofino backend
 # of p4c, for Tofino 1 and 2. Each target's full output (tofino.bin, context.json,

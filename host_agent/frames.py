@@ -28,8 +28,9 @@ from host_agent.wire import (
 
 ETH_P_ARP = 0x0806
 
-_IP_DONT_FRAGMENT = 0x4000
-_TTL = 64
+IP_DONT_FRAGMENT = 0x4000
+TTL = 64
+"""IPv4 flags and TTL of every frame the agent sends (the NIC program frames its replies alike)."""
 _IP_WORDS = struct.Struct("!10H")
 
 
@@ -100,8 +101,8 @@ class FrameBuilder:
             tos,
             total,
             0,
-            _IP_DONT_FRAGMENT,
-            _TTL,
+            IP_DONT_FRAGMENT,
+            TTL,
             IPPROTO_UDP,
             0,
             self.src_ip,

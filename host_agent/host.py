@@ -32,7 +32,8 @@ from host_agent.wire import ECN_ECT0, ECN_NOT_ECT, FORGIVE_UDP_PORT, Dscp
 Frame = tuple[bytes, ...]
 """One frame as the parts a scatter-gather send joins (headers, then the FTH packet)."""
 
-_SPORT_BASE = 0xC000
+SPORT_BASE = 0xC000
+"""UDP source ports of DATA start here; ACK, NACK and CNP use it as it is."""
 _CONTROL = int(Dscp.CONTROL)
 PREFIX_CACHE = 4096
 """Header prefixes kept; a flow's last, shorter packet adds one, so the cache is bounded."""
@@ -134,9 +135,9 @@ class Host:
         for peer, dscp, flow_id, pkt in self.endpoint.datagrams_to_send(now, data):
             size = len(pkt)
             if dscp == _CONTROL:
-                sport = _SPORT_BASE
+                sport = SPORT_BASE
             else:
-                sport = _SPORT_BASE | (getrandbits(14) if spray else _flow_port(flow_id))
+                sport = SPORT_BASE | (getrandbits(14) if spray else _flow_port(flow_id))
             key = (peer, dscp, size)
             prefix = prefixes.get(key)
             if prefix is None:

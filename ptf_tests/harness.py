@@ -132,7 +132,7 @@ def run(target: str, tests: Sequence[str] = (), log_dir: Path | None = None) -> 
             cmd += ["--test-params", ";".join(f"{k}={v!r}" for k, v in params.items())]
             for port in SWITCH_PORTS:
                 cmd += ["--interface", f"{port}@pt{port}"]
-            cmd += list(tests)
+            cmd += list(tests) or list(TARGETS[target].ptf_specs)
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             return RunResult(proc.returncode, proc.stdout + proc.stderr, log_dir, netns)
         finally:

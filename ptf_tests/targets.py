@@ -1,10 +1,11 @@
-"""Switch targets the PTF suite runs against, behind one small interface.
+"""Targets the PTF suite runs against, behind one small interface.
 
-A target is a process that forwards between the interfaces it is given and
-takes its pipeline and entries over P4Runtime on a gRPC port. Everything else
-the suite needs from a target that P4Runtime cannot express (queue drain
-rates) goes through `set_queue_rate`. Adding a target is writing one subclass
-and decorating it with `@register`.
+A switch target is a process that forwards between the interfaces it is given
+and takes its pipeline and entries over P4Runtime on a gRPC port. Everything
+else the suite needs from a target that P4Runtime cannot express (queue drain
+rates) goes through `set_queue_rate`. A NIC target (ptf_tests/pna_nic.py) runs
+the NIC program and its own PTF module instead. Adding a target is writing one
+subclass and decorating it with `@register`.
 """
 
 from __future__ import annotations
@@ -40,13 +41,18 @@ class Endpoint:
         return f"127.0.0.1:{self.grpc_port}"
 
 
-class SwitchTarget(ABC):
-    """One kind of switch. Construct with an Endpoint; `start` only in the harness."""
+class PtfTarget(ABC):
+    """One kind of device the PTF suite drives. Construct with an Endpoint; `start` only
+    in the harness."""
 
     name: ClassVar[str]
     arch: ClassVar[str] = "v1model"
-    """The P4 architecture of its program: "v1model" (p4src/forgive.p4) or "tna"
-    (p4src/tna/forgive.p4). Tests branch on it where the targets differ."""
+    """The P4 architecture of its program: "v1model" (p4src/forgive.p4), "tna"
+    (p4src/tna/forgive.p4) or "pna" (p4src/pna/forgive_nic.p4). Tests branch on it
+    where the targets differ."""
+    ptf_specs: ClassVar[tuple[str, ...]] = ()
+    """The PTF tests or groups it runs when none are named; () is PTF's standard
+    group, which holds the switch suite."""
 
     @classmethod
     def pipeline(cls) -> tuple[Path, Path]:
@@ -63,23 +69,33 @@ class SwitchTarget(ABC):
 
     @abstractmethod
     def start(self, timeout: float = 30.0) -> None:
-        """Start the switch on the endpoint's interfaces, return once P4Runtime listens."""
+        """Start the target on the endpoint's interfaces, return once its control channel
+        (P4Runtime for a switch) listens."""
 
     @abstractmethod
     def stop(self) -> None:
-        """Stop the switch; safe to call twice or after a failed start."""
+        """Stop the target; safe to call twice or after a failed start."""
+
+
+class SwitchTarget(PtfTarget):
+    """One kind of switch: P4Runtime, plus paced queues."""
 
     @abstractmethod
     def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:
         """Drain one priority queue of `port` at `pps` packets per second (0: unlimited)."""
 
 
-TARGETS: dict[str, type[SwitchTarget]] = {}
+TARGETS: dict[str, type[PtfTarget]] = {}
 
 
-def register(cls: type[SwitchTarget]) -> type[SwitchTarget]:
+def register(cls: type[PtfTarget]) -> type[PtfTarget]:
     TARGETS[cls.name] = cls
     return cls
+
+
+def switch_targets() -> list[str]:
+    """The registered targets that are switches, by name."""
+    return sorted(name for name, cls in TARGETS.items() if issubclass(cls, SwitchTarget))
 
 
 def wait_for_listen(netns: str, port: int, deadline: float, proc: subprocess.Popen) -> None:
@@ -222,4 +238,4 @@ class ModelTarget(SwitchTarget):
 
 
 # Targets defined in modules of their own register when imported here.
-from ptf_tests import tofino_model  # noqa: E402, F401
+from ptf_tests import pna_nic, tofino_model  # noqa: E402, F401

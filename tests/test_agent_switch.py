@@ -16,7 +16,14 @@ from test_agent_netns import WORKLOAD, done, ok, start_agent, train
 
 from host_agent.wire import PACKET_BYTES
 from ptf_tests.harness import AUX_PORT, GRPC_PORT, missing_prerequisite
-from ptf_tests.targets import PRIO_LOW, TARGETS, Bmv2Target, Endpoint, SwitchTarget
+from ptf_tests.targets import (
+    PRIO_LOW,
+    TARGETS,
+    Bmv2Target,
+    Endpoint,
+    SwitchTarget,
+    switch_targets,
+)
 
 _UNAVAILABLE = netns_unavailable()
 pytestmark = [
@@ -43,7 +50,7 @@ class Fabric:
         return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.fixture(params=sorted(TARGETS))
+@pytest.fixture(params=switch_targets())
 def fabric(lab, request):
     """Three hosts on forgive.p4 in a target; port 1 (host b) drains its data queue slowly."""
     reason = missing_prerequisite(request.param)

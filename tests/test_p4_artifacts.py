@@ -9,13 +9,27 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-ARTIFACTS = ("forgive.json", "forgive.p4info.txtpb")
+PROGRAMS = [
+    # compiler, make target, its output variable, committed directory, artifacts
+    ("p4c-bm2-ss", "p4", "P4_OUT", "p4src/build", ("forgive.json", "forgive.p4info.txtpb")),
+    (
+        "p4c-bm2-pna",
+        "p4-nic",
+        "NIC_OUT",
+        "p4src/pna/build",
+        ("forgive_nic.json", "forgive_nic.p4info.txtpb"),
+    ),
+]
 
 
-@pytest.mark.skipif(shutil.which("p4c-bm2-ss") is None, reason="p4c-bm2-ss not installed")
-def test_committed_artifacts_match_source(tmp_path: Path) -> None:
-    subprocess.run(["make", "-s", "p4", f"P4_OUT={tmp_path}"], cwd=REPO, check=True)
-    for name in ARTIFACTS:
+@pytest.mark.parametrize(("compiler", "target", "out", "committed", "artifacts"), PROGRAMS)
+def test_committed_artifacts_match_source(
+    tmp_path: Path, compiler: str, target: str, out: str, committed: str, artifacts: tuple
+) -> None:
+    if shutil.which(compiler) is None:
+        pytest.skip(f"{compiler} not installed")
+    subprocess.run(["make", "-s", target, f"{out}={tmp_path}"], cwd=REPO, check=True)
+    for name in artifacts:
         fresh = (tmp_path / name).read_text()
-        committed = (REPO / "p4src" / "build" / name).read_text()
-        assert fresh == committed, f"p4src/build/{name} is stale: run `make p4` and commit"
+        kept = (REPO / committed / name).read_text()
+        assert fresh == kept, f"{committed}/{name} is stale: run `make {target}` and commit"

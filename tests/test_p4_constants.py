@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from host_agent import wire
+from controller import nic
+from host_agent import frames, host, wire
 from switch_model import counters, port, surface
 
 INCLUDE = Path(__file__).resolve().parent.parent / "p4src" / "include"
+NIC_CONSTANTS = INCLUDE.parent / "pna" / "include" / "nic_constants.p4"
 
 PYTHON_CONSTANTS = {
     "ETHERTYPE_IPV4": wire.ETHERTYPE_IPV4,
@@ -37,6 +39,28 @@ PYTHON_CONSTANTS = {
     "NUM_PORTS": counters.NUM_PORTS,
 }
 """Every constant of constants.p4, by its P4 name."""
+
+NIC_PYTHON_CONSTANTS = {
+    "FTH_OPCODE_ACK": wire.Opcode.ACK,
+    "FTH_OPCODE_NACK": wire.Opcode.NACK,
+    "FTH_FLAG_ELIGIBLE": wire.Flag.ELIGIBLE,
+    "FTH_FLAG_EXHAUSTED": wire.Flag.EXHAUSTED,
+    "FTH_KNOWN_FLAGS": wire.KNOWN_FLAGS,
+    "PACKET_BYTES": wire.PACKET_BYTES,
+    "DSCP_CONTROL": wire.Dscp.CONTROL,
+    "REPLY_TTL": frames.TTL,
+    "IPV4_FLAG_DONT_FRAGMENT": frames.IP_DONT_FRAGMENT >> 13,
+    "REPLY_UDP_SRC_PORT": host.SPORT_BASE,
+    "P_SCALE": nic.P_SCALE,
+    "FORGIVE_PROB_ONE": nic.FORGIVE_PROB_ONE,
+    "DRAW_MAX": nic.FORGIVE_PROB_ONE - 1,
+    "NUM_FLOW_SLOTS": nic.NUM_FLOW_SLOTS,
+    "NUM_STEP_SLOTS": nic.NUM_STEP_SLOTS,
+    "FLOW_IN_ORDER": nic.FLOW_IN_ORDER,
+    "FLOW_HOLE": nic.FLOW_HOLE,
+    "FLOW_HOST": nic.FLOW_HOST,
+}
+"""Every constant of the NIC program's nic_constants.p4, by its P4 name."""
 
 PYTHON_OFFSETS = {
     "ethernet.dstAddr": wire.ETH_DST_AT,
@@ -82,15 +106,15 @@ HEADER_LENGTHS = {
 HEADER_STARTS = {"ethernet": 0, "ipv4": wire.IPV4_AT, "udp": wire.UDP_AT, "fth": wire.FTH_AT}
 
 
-def _source(name: str) -> str:
+def _source(name: str | Path) -> str:
     """The file without comments."""
     text = (INCLUDE / name).read_text()
     return re.sub(r"//[^\n]*", "", re.sub(r"/\*.*?\*/", "", text, flags=re.S))
 
 
-def p4_constants() -> dict[str, tuple[int, int]]:
-    """Name -> (bit width, value) of every `const bit<N>` in constants.p4."""
-    source = _source("constants.p4")
+def p4_constants(name: str | Path = "constants.p4") -> dict[str, tuple[int, int]]:
+    """Name -> (bit width, value) of every `const bit<N>` in constants.p4 (or `name`)."""
+    source = _source(name)
     found = {
         name: (int(width), int(value, 0))
         for width, name, value in re.findall(
@@ -126,16 +150,17 @@ def p4_fields() -> dict[str, tuple[int, int]]:
     return out
 
 
-def test_every_p4_constant_has_its_python_value():
-    constants = p4_constants()
-    assert set(constants) == set(PYTHON_CONSTANTS), (
-        "constants.p4 and this table list different names"
-    )
+@pytest.mark.parametrize(
+    ("source", "python"),
+    [("constants.p4", PYTHON_CONSTANTS), (NIC_CONSTANTS, NIC_PYTHON_CONSTANTS)],
+    ids=["switch", "nic"],
+)
+def test_every_p4_constant_has_its_python_value(source, python):
+    constants = p4_constants(source)
+    assert set(constants) == set(python), f"{source} and its table list different names"
     for name, (width, value) in constants.items():
         assert value < 1 << width, f"{name} does not fit bit<{width}>"
-        assert PYTHON_CONSTANTS[name] == value, (
-            f"{name}: P4 {value}, Python {PYTHON_CONSTANTS[name]}"
-        )
+        assert python[name] == value, f"{name}: P4 {value}, Python {python[name]}"
 
 
 def test_header_lengths_and_starts_match():

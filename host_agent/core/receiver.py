@@ -156,9 +156,13 @@ class ForgiveReceiver:
     the flow's total).
     """
 
-    def __init__(self, policy: ReceiverPolicy | None = None) -> None:
+    def __init__(
+        self, policy: ReceiverPolicy | None = None, rng: random.Random | None = None
+    ) -> None:
+        """`rng` replaces the policy's seeded draw: the NIC suite feeds the core the draws
+        the NIC took, so both decide a range that vests alike."""
         self.policy = policy or ReceiverPolicy()
-        self._rng = random.Random(self.policy.seed)
+        self._rng = rng if rng is not None else random.Random(self.policy.seed)
         self._steps: dict[int, StepEntry] = {}
         self._flows: dict[int, RxFlow] = {}
         self._completed: list[int] = []
