@@ -13,6 +13,7 @@ from host_agent.core.sender import MAX_TIMEOUTS
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import POLICY_NAMES, parse_policy
+from host_agent.wire import PACKET_BYTES
 
 
 def agent_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +42,20 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
         "--cc",
         default="dcqcn",
         help=f"congestion control: {' or '.join(CONTROLS)} (default dcqcn; docs/nscc.md)",
+    )
+    parser.add_argument(
+        "--window-bytes",
+        type=float,
+        default=0.0,
+        help="sender window per flow at the line rate, bytes (default 0: none)",
+    )
+    parser.add_argument(
+        "--qp-state",
+        action="store_true",
+        help="keep DCQCN's state per peer and traffic class across messages",
+    )
+    parser.add_argument(
+        "--payload-bytes", type=int, default=PACKET_BYTES, help="DATA bytes per packet (4096)"
     )
     parser.add_argument("--rto", type=float, default=0.01, help="initial retransmission timeout, s")
     parser.add_argument("--rto-max", type=float, default=0.2, help="largest backed-off RTO, s")
@@ -107,6 +122,9 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         trim_locations=locations,
         dcqcn=args.dcqcn,
         cc=args.cc,
+        window_bytes=args.window_bytes,
+        qp_state=args.qp_state,
+        payload_bytes=args.payload_bytes,
     )
     host = HostConfig(
         ip=args.ip,

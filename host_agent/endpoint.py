@@ -15,6 +15,7 @@ addresses as 4 bytes; replies go back to the address a DATA packet came from.
 
 from __future__ import annotations
 
+import math
 import socket
 import sys
 from collections import Counter, defaultdict, deque
@@ -52,7 +53,16 @@ from host_agent.stats import (
     loss_budget,
 )
 from host_agent.timebins import TimeBins
-from host_agent.wire import FTH_LEN, MAX_DSCP, Dscp, Flag, MalformedPacket, Opcode, peek
+from host_agent.wire import (
+    FTH_LEN,
+    MAX_DSCP,
+    PACKET_BYTES,
+    Dscp,
+    Flag,
+    MalformedPacket,
+    Opcode,
+    peek,
+)
 
 TRAFFIC_CLASSES: dict[str, Dscp] = {
     "gradient": Dscp.GRADIENT,
@@ -111,6 +121,12 @@ class EndpointConfig:
     """The sender's congestion control (host_agent.core.CONTROLS): DCQCN's rate, or NSCC's
     window (docs/nscc.md). The receiver's notification point is DCQCN's either way; NSCC
     reads the ECN echo on ACKs and leaves the CNPs unanswered."""
+    window_bytes: float = 0.0
+    """The sender's window per flow at the line rate, bytes (0: none; ForgiveSender)."""
+    qp_state: bool = False
+    """Keep DCQCN's state per peer and traffic class across messages, as a NIC's QP does."""
+    payload_bytes: int = PACKET_BYTES
+    """The most DATA bytes per packet."""
 
     def validate(self) -> None:
         """Raise ValueError on the first bad setting."""
@@ -134,6 +150,14 @@ class EndpointConfig:
         if self.cc not in CONTROLS:
             raise ValueError(
                 f"unknown congestion control {self.cc!r} (known: {', '.join(CONTROLS)})"
+            )
+        if not (math.isfinite(self.window_bytes) and self.window_bytes >= 0):
+            raise ValueError(
+                f"window must be a finite number of bytes >= 0, got {self.window_bytes}"
+            )
+        if not 1 <= self.payload_bytes <= PACKET_BYTES:
+            raise ValueError(
+                f"payload must lie in 1..{PACKET_BYTES} bytes, got {self.payload_bytes}"
             )
 
 
@@ -214,7 +238,13 @@ class Endpoint:
             else dcqcn
         )
         self.tx = ForgiveSender(
-            cc, rto=config.rto, rto_max=config.rto_max, max_timeouts=config.max_timeouts
+            cc,
+            rto=config.rto,
+            rto_max=config.rto_max,
+            max_timeouts=config.max_timeouts,
+            window_bytes=config.window_bytes,
+            qp_state=config.qp_state,
+            payload_bytes=config.payload_bytes,
         )
         # A held ACK must never outlast the peer's first timeout: at a fabric's own rates
         # (the simulator) that timeout is microseconds, far below the emulation's ACK_DELAY.
@@ -322,7 +352,9 @@ class Endpoint:
             self._totals[step]["tx_shed_bytes"] += len(data)
             self._emit(Shed(flow_id, step, len(data), sending=True), now)
             return
-        self.tx.open_flow(flow_id, len(data), now=now, data=data, peer=peer)
+        self.tx.open_flow(
+            flow_id, len(data), now=now, data=data, peer=peer, qp=(peer, traffic_class)
+        )
         self._sending[flow_id] = _Sending(
             peer, TRAFFIC_CLASSES[traffic_class], step, len(data), now
         )

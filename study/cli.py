@@ -34,7 +34,7 @@ from study.runs import Setup, by_variant, plan
 from study.variants import BY_NAME, NSCC_VARIANTS, VARIANTS, Variant
 from topologies.cache import RunCache, run_cached
 from topologies.fabric import FabricError
-from topologies.options import fabric_from
+from topologies.options import add_regime_options, fabric_from, tp_phase, with_regime
 from topologies.runner import ENGINES, JOBS, RunConfig, RunError, say
 from topologies.sweep import run_one
 
@@ -116,6 +116,7 @@ def _shared_options(p: argparse.ArgumentParser, name: str) -> None:
         "--byte-scale", type=float, help="divide every byte quantity by this (default 64)"
     )
     p.add_argument("--timeout", type=float, default=600.0, help="per run, s")
+    add_regime_options(p)
 
 
 REGIME_BYTE_SCALE = 32.0
@@ -205,13 +206,13 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise RunError(f"--timeout must be a finite number > 0, got {args.timeout}")
     scaling = (args.engine, args.host_link_mbps, args.byte_scale)
-    worst = fabric_from(args.fabric or worst_name, *scaling)
+    worst = with_regime(fabric_from(args.fabric or worst_name, *scaling), args)
     setup = Setup(
         worst=worst,
         nonblocking=worst
         if calibrating
         else fabric_from(args.nonblocking_fabric or nonblocking_name, *scaling),
-        workload=replace(JOBS[job], steps=args.steps),
+        workload=replace(JOBS[job], steps=args.steps, tp_phase=tp_phase(args) or "own"),
         seeds=seeds,
         baseline_seeds=baseline,
         switch=args.switch,

@@ -121,3 +121,30 @@ def test_virtual_time_writes_the_same_loss_record(forgive_run):
     assert {r for e in shed_record.entries for r in e.ranges} == {
         (0, Layout.of(JOB).chunks[e.chunk][1], "shed") for e in shed_record.entries
     }
+
+
+def test_tensor_parallel_traffic_may_overlap_the_all_reduce():
+    """tp_phase 'overlap': the all-reduce starts with the step, beside the TP and PP traffic,
+    and the barrier still waits for the compute phase; every byte still arrives."""
+    host = HostConfig(endpoint=EndpointConfig(policy=parse_policy("tight"), rto=1e-3, rto_max=0.02))
+    timings = {}
+    for phase in ("own", "overlap"):
+        job = TrainingConfig(**{**JOB.__dict__, "steps": 4, "tp_phase": phase})
+        _, ranks, outs = train(job, star(hosts=4), host)
+        assert all(r.finished and not r.failed for r in ranks)
+        steps = [
+            rec
+            for out in outs
+            for rec in map(json.loads, out.getvalue().splitlines())
+            if rec["type"] == "train_step"
+        ]
+        assert all(s["step_time"] >= JOB.compute_s * (1 - 1e-9) for s in steps), [
+            s["step_time"] for s in steps
+        ]
+        timings[phase] = steps
+    assert all(s["compute_time"] == 0 for s in timings["overlap"])
+    assert all(s["compute_time"] >= JOB.compute_s * (1 - 1e-9) for s in timings["own"])
+    with pytest.raises(ValueError, match="tp_phase must be one of own, overlap, got 'after'"):
+        TrainingConfig(
+            **{**JOB.__dict__, "ranks": ("10.0.0.1", "10.0.0.2"), "tp_phase": "after"}
+        ).validate()

@@ -26,7 +26,7 @@ from study import cli as study_cli
 from topologies.cache import RunCache, link_runs, run_cached
 from topologies.fabric import PRESETS, FabricError, FabricSpec
 from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock
-from topologies.options import fabric_from
+from topologies.options import add_regime_options, fabric_from, tp_phase, with_regime
 from topologies.report import write_results
 from topologies.runner import ENGINES, JOBS, RunConfig, RunError, require_root, say
 from topologies.sweep import run_all, run_one
@@ -59,7 +59,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def _fabric(args: argparse.Namespace, engine: str = "mininet") -> FabricSpec:
-    return fabric_from(args.fabric, engine, args.host_link_mbps, args.byte_scale)
+    return with_regime(fabric_from(args.fabric, engine, args.host_link_mbps, args.byte_scale), args)
 
 
 def _seeds(text: str) -> list[int]:
@@ -129,6 +129,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="per run, s")
     parser.add_argument("--out", type=Path, help="results folder")
+    add_regime_options(parser)
 
 
 def _workload(args: argparse.Namespace):
@@ -142,6 +143,7 @@ def _workload(args: argparse.Namespace):
         "tp_group": args.tp_group,
         "pp_bytes": None if args.pp_mib is None else round(args.pp_mib * 2**20),
         "compute_s": None if args.compute_ms is None else args.compute_ms / 1e3,
+        "tp_phase": tp_phase(args),
     }
     return replace(
         JOBS[args.job],

@@ -20,6 +20,11 @@ queue, ECN from 800 KB) and shrunk by one `Scaling`. A fabric file is TOML:
     host_link_mbps = 20
     byte_scale = 64
 
+    [nic]                       # the hosts' transport; all optional (docs/dcqcn.md)
+    window = "none"             # or "bdp": a bandwidth-delay-product window per flow
+    dcqcn_state = "message"     # or "qp": DCQCN state per peer and class, across messages
+    payload_bytes = 4096        # DATA bytes per packet (ASTRA-sim's ns-3 runs 1000)
+
     [trimming]                  # all optional: controller.trimming has every key
     size = 58
     dscp_value = "from-tc"
@@ -47,6 +52,7 @@ from controller.p4info import ConfigError
 from controller.topology import MAX_RATE_BPS, Fabric
 from controller.topology import parse as parse_description
 from controller.trimming import Trimming
+from host_agent.wire import PACKET_BYTES
 from switch_model.surface import PMAX_ONE, Thresholds
 from topologies.scaling import Scaling, ScalingError
 
@@ -63,6 +69,28 @@ class SwitchSettings:
     ecn_pmax: float = 0.2
 
 
+WINDOWS = ("none", "bdp")
+DCQCN_STATES = ("message", "qp")
+ECN_FRACTIONS = (800_000 / (4 << 20), 3_200_000 / (4 << 20))
+"""The note's marking thresholds as fractions of its 4 MiB data queue."""
+
+
+@dataclass(frozen=True)
+class NicSettings:
+    """The hosts' transport beside DCQCN (docs/dcqcn.md, "Sender options"); the defaults are
+    the project's own, the alternatives what ASTRA-sim's ns-3 backend and real NICs run."""
+
+    window: str = "none"
+    """"bdp": each flow may have one bandwidth-delay product of the longest path unacknowledged
+    at the line rate, shrinking with its rate (ns-3 HAS_WIN 1, VAR_WIN 1); "none"."""
+    dcqcn_state: str = "message"
+    """"message": every message starts at the line rate with fresh state (ASTRA-sim's
+    SendFlow opens a QP per message); "qp": state per peer and traffic class, kept across
+    messages (a NIC's QP, NCCL's connections)."""
+    payload_bytes: int = PACKET_BYTES
+    """DATA bytes per packet; not byte-scaled (ns-3's PACKET_PAYLOAD_SIZE is 1000)."""
+
+
 @dataclass(frozen=True)
 class FabricSpec:
     name: str
@@ -75,6 +103,7 @@ class FabricSpec:
     scaling: Scaling = field(default_factory=Scaling)
     trimming: Trimming = trim_section.DEFAULT
     """At fabric scale: `Plan.trimming` is what the switches get."""
+    nic: NicSettings = field(default_factory=NicSettings)
 
     @property
     def oversubscription(self) -> float:
@@ -117,6 +146,17 @@ def _check(spec: FabricSpec) -> FabricSpec:
         gbps = getattr(spec, key)
         if not 0 < gbps <= MAX_RATE_BPS / 1e9:
             raise FabricError(f"{key} must lie in (0, {MAX_RATE_BPS / 1e9:g}], got {gbps}")
+    nic = spec.nic
+    if nic.window not in WINDOWS:
+        raise FabricError(f"[nic] window must be one of {', '.join(WINDOWS)}, got {nic.window!r}")
+    if nic.dcqcn_state not in DCQCN_STATES:
+        raise FabricError(
+            f"[nic] dcqcn_state must be one of {', '.join(DCQCN_STATES)}, got {nic.dcqcn_state!r}"
+        )
+    if not 1 <= nic.payload_bytes <= PACKET_BYTES:
+        raise FabricError(
+            f"[nic] payload_bytes must lie in 1..{PACKET_BYTES}, got {nic.payload_bytes}"
+        )
     sw = spec.switch
     if not 0 < sw.ecn_kmin_bytes <= sw.ecn_kmax_bytes <= sw.data_queue_bytes:
         raise FabricError("need 0 < ecn_kmin_bytes <= ecn_kmax_bytes <= data_queue_bytes")
@@ -156,13 +196,24 @@ def preset(name: str, scaling: Scaling | None = None) -> FabricSpec:
     return with_scaling(PRESETS[name], scaling or PRESETS[name].scaling)
 
 
+def with_data_queue(spec: FabricSpec, data_queue_bytes: int) -> FabricSpec:
+    """`spec` with another data queue (fabric scale), marking at the note's fractions of it,
+    so a ring step can be set against the buffer."""
+    kmin, kmax = (int(f * data_queue_bytes) for f in ECN_FRACTIONS)
+    switch = replace(
+        spec.switch, data_queue_bytes=data_queue_bytes, ecn_kmin_bytes=kmin, ecn_kmax_bytes=kmax
+    )
+    return _check(replace(spec, switch=switch))
+
+
 def with_scaling(spec: FabricSpec, scaling: Scaling) -> FabricSpec:
     """`spec` shrunk by another scaling, checked again (its queues must still fit)."""
     return _check(replace(spec, scaling=scaling))
 
 
 _TOP_KEYS = {"name", "leaves", "spines", "hosts_per_leaf", "host_link_gbps", "spine_link_gbps"}
-_SECTIONS = {"switch", "emulation", "trimming"}
+_SECTIONS = {"switch", "emulation", "trimming", "nic"}
+_NIC_KEYS = {"window": str, "dcqcn_state": str, "payload_bytes": int}
 _SWITCH_KEYS = {"data_queue_bytes", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax"}
 _EMULATION_KEYS = {"host_link_mbps", "byte_scale"}
 
@@ -212,6 +263,17 @@ def parse(doc: dict[str, Any]) -> FabricSpec:
             )
             for k in table
         }
+    nic = doc.get("nic", {})
+    if not isinstance(nic, dict):
+        raise FabricError("[nic] must be a table")
+    unknown = set(nic) - set(_NIC_KEYS)
+    if unknown:
+        raise FabricError(f"unknown key(s) in [nic]: {', '.join(sorted(unknown))}")
+    for key, value in nic.items():
+        if _NIC_KEYS[key] is str and not isinstance(value, str):
+            raise FabricError(f"[nic] {key} must be a string, got {value!r}")
+        if _NIC_KEYS[key] is int:
+            _typed(nic, key, int, "[nic] ")
     emu = sections["emulation"]
     try:
         scaling = Scaling(
@@ -226,7 +288,11 @@ def parse(doc: dict[str, Any]) -> FabricSpec:
         raise FabricError(str(err)) from None
     return _check(
         FabricSpec(
-            **top, switch=SwitchSettings(**sections["switch"]), scaling=scaling, trimming=trimming
+            **top,
+            switch=SwitchSettings(**sections["switch"]),
+            scaling=scaling,
+            trimming=trimming,
+            nic=NicSettings(**nic),
         )
     )
 

@@ -6,9 +6,22 @@ same fabric in every command.
 
 from __future__ import annotations
 
+import argparse
+import math
+from dataclasses import replace
 from pathlib import Path
 
-from topologies.fabric import FabricError, FabricSpec, load, preset, with_scaling
+from topologies.fabric import (
+    DCQCN_STATES,
+    WINDOWS,
+    FabricError,
+    FabricSpec,
+    NicSettings,
+    load,
+    preset,
+    with_data_queue,
+    with_scaling,
+)
 from topologies.scaling import Scaling, ScalingError
 from topologies.simulated import sim_scaling
 
@@ -45,3 +58,74 @@ def fabric_from(
         return with_scaling(spec, scaling)
     except (ScalingError, FabricError) as err:
         raise FabricError(f"{' '.join(given)}: {err}") from None
+
+
+NIC_OPTIONS = (("window", WINDOWS), ("dcqcn_state", DCQCN_STATES))
+"""The [nic] settings a command line may override, with their values."""
+
+
+def add_regime_options(parser: argparse.ArgumentParser) -> None:
+    """The options that set the fabric's and job's regime beside the fabric file
+    (docs/dcqcn.md, "Sender options"); unset, the fabric's own or the job's value stands."""
+    parser.add_argument("--window", help=f"sender window: {' or '.join(WINDOWS)} (default none)")
+    parser.add_argument(
+        "--dcqcn-state",
+        help=f"DCQCN state: {' or '.join(DCQCN_STATES)} (per message, default; or per QP)",
+    )
+    parser.add_argument(
+        "--payload-bytes", type=int, help="DATA bytes per packet (default 4096; ns-3 runs 1000)"
+    )
+    parser.add_argument(
+        "--data-queue-kib",
+        type=float,
+        help="data queue per port at fabric scale, KiB (default 4096); marking keeps the "
+        "note's fractions of it",
+    )
+    parser.add_argument(
+        "--tp-phase",
+        help="tensor-parallel traffic in its own phase (own, default) or overlapping the "
+        "all-reduce (overlap)",
+    )
+
+
+def tp_phase(args: argparse.Namespace) -> str | None:
+    """The --tp-phase given, or None; a bad one is a FabricError in one line."""
+    from workload.plan import TP_PHASES
+
+    value = getattr(args, "tp_phase", None)
+    if value is not None and value not in TP_PHASES:
+        raise FabricError(f"--tp-phase must be one of {', '.join(TP_PHASES)}, got {value!r}")
+    return value
+
+
+def with_regime(spec: FabricSpec, args: argparse.Namespace) -> FabricSpec:
+    """`spec` with the regime options given on the command line; FabricError in one line
+    naming the option."""
+    changes = {}
+    for key, values in NIC_OPTIONS:
+        value = getattr(args, key, None)
+        if value is None:
+            continue
+        if value not in values:
+            raise FabricError(
+                f"--{key.replace('_', '-')} must be one of {', '.join(values)}, got {value!r}"
+            )
+        changes[key] = value
+    payload = getattr(args, "payload_bytes", None)
+    if payload is not None:
+        changes["payload_bytes"] = payload
+    if changes:
+        nic: NicSettings = replace(spec.nic, **changes)
+        try:
+            spec = with_scaling(replace(spec, nic=nic), spec.scaling)
+        except FabricError as err:
+            raise FabricError(str(err).replace("[nic] payload_bytes", "--payload-bytes")) from None
+    queue = getattr(args, "data_queue_kib", None)
+    if queue is not None:
+        if not (math.isfinite(queue) and queue > 0):
+            raise FabricError(f"--data-queue-kib must be a finite number > 0, got {queue}")
+        try:
+            spec = with_data_queue(spec, round(queue * 1024))
+        except FabricError as err:
+            raise FabricError(f"--data-queue-kib {queue:g}: {err}") from None
+    return spec

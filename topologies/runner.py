@@ -69,6 +69,9 @@ class Workload:
     """A background burst (class other) from the last rank to rank 0 on step 2."""
     misclassify: tuple[int, ...] = ()
     """Steps the detector gets wrong on purpose (TrainingConfig.misclassify)."""
+    tp_phase: str = "own"
+    """Tensor-parallel traffic in its own phase before the all-reduce, or overlapping it
+    (TrainingConfig.tp_phase)."""
 
 
 JOBS: dict[str, Workload] = {
@@ -156,6 +159,7 @@ class RunConfig:
             burst_src=len(ranks) - 1,
             burst_dst=0,
             misclassify=wl.misclassify,
+            tp_phase=wl.tp_phase,
             seed=self.seed,
         )
 
@@ -515,6 +519,9 @@ def _trainer_command(
     cmd += ["--line-rate", str(agent["line_rate_bps"])]
     cmd += ["--time-scale", str(agent["time_scale"])]
     cmd += ["--rto", f"{agent['rto']:.6f}", "--rto-max", f"{agent['rto_max']:.6f}"]
+    cmd += ["--window-bytes", str(agent["window_bytes"])]
+    cmd += ["--payload-bytes", str(agent["payload_bytes"])]
+    cmd += ["--qp-state"] if agent["qp_state"] else []
     cmd += ["--gateway-mac", _mac_text(switch_port_mac(host.leaf, host.port))]
     for dscp, where in agent["trim_locations"].items():
         cmd += ["--trim-dscp", f"{where}={dscp}"]
@@ -529,7 +536,7 @@ def agent_settings(
     """Every host's NIC rate, timer stretch and timeouts, DCQCN profile, and what the switches' trim DSCPs
     say of where a trim happened, whichever engine runs it; `link_delay_s` is each link's
     propagation delay (none on veths)."""
-    sc = config.fabric.scaling
+    sc, nic = config.fabric.scaling, config.fabric.nic
     rto = initial_rto(fabric_plan, link_delay_s)
     return {
         "line_rate_bps": sc.rate(config.fabric.host_link_gbps * 1e9),
@@ -539,7 +546,25 @@ def agent_settings(
         "trim_locations": fabric_plan.fabric().trim_locations(),
         "dcqcn": config.dcqcn,
         "cc": config.cc,
+        "window_bytes": bdp_bytes(fabric_plan, link_delay_s) if nic.window == "bdp" else 0.0,
+        "qp_state": nic.dcqcn_state == "qp",
+        "payload_bytes": nic.payload_bytes,
     }
+
+
+def bdp_bytes(fabric_plan: Plan, link_delay_s: float = 0.0) -> float:
+    """The longest path's bandwidth-delay product at the host rate, as ns-3's third.cc sizes
+    its windows: a round trip of twice the links' propagation delays plus one packet's
+    payload serialised at each hop's rate, times the host's line rate."""
+    spec, sc = fabric_plan.spec, fabric_plan.spec.scaling
+    host_rate = sc.rate(spec.host_link_gbps * 1e9)
+    rates = [host_rate, host_rate]
+    if spec.spines:
+        uplink = sc.rate(spec.spine_link_gbps * 1e9)
+        rates[1:1] = [uplink, uplink]
+    payload_bits = spec.nic.payload_bytes * 8
+    rtt = 2 * len(rates) * link_delay_s + sum(payload_bits / r for r in rates)
+    return rtt * host_rate / 8
 
 
 def initial_rto(fabric_plan: Plan, link_delay_s: float = 0.0) -> float:

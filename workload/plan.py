@@ -38,6 +38,9 @@ TRAFFIC_CLASS = {
 BARRIER_BYTES = 64
 
 
+TP_PHASES = ("own", "overlap")
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """An emulated training job; every rank runs with the same values but its own `rank`."""
@@ -57,6 +60,10 @@ class TrainingConfig:
     group all-to-alls during the compute phase; at 2 that is an exchange with rank ^ 1."""
     pp_bytes: int = 128 << 10
     """Bytes each rank sends to the next pipeline stage (rank + 1) per step; 0: none."""
+    tp_phase: str = "own"
+    """'own': the all-reduce starts once the compute phase and its TP/PP traffic are done;
+    'overlap': it starts with them (gradients ready layer by layer in the backward pass), and
+    the step's barrier waits for both."""
     detector: str = "static"
     """'static' (steps 1, 2, 3 and the last are critical) or 'accordion' (synthetic norms)."""
     misclassify: tuple[int, ...] = ()
@@ -124,6 +131,10 @@ class TrainingConfig:
             raise ValueError(f"tp_group must lie in 2..{1 << _INDEX_BITS}, got {self.tp_group}")
         if self.compute_s < 0 or self.tp_bytes < 0 or self.pp_bytes < 0:
             raise ValueError("compute time and TP/PP sizes must be >= 0")
+        if self.tp_phase not in TP_PHASES:
+            raise ValueError(
+                f"tp_phase must be one of {', '.join(TP_PHASES)}, got {self.tp_phase!r}"
+            )
         if self.detector not in ("static", "accordion"):
             raise ValueError(f"unknown detector {self.detector!r} (known: static, accordion)")
         outside = [s for s in self.misclassify if not 1 <= s <= self.steps]

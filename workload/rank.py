@@ -285,7 +285,11 @@ class Rank:
             self._send(msg, step, now)
         self._call_at(now + self.cfg.compute_s, lambda t: self._settle(("compute", step), t))
         needs = [*_recvs(plan.compute_recvs), *_sends(plan.compute_sends), ("compute", step)]
-        self._when(needs, lambda t: self._start_allreduce(step, t), now)
+        if self.cfg.tp_phase == "overlap":
+            self._when(needs, lambda t: self._settle(("compute-done", step), t), now)
+            self._start_allreduce(step, now)
+        else:
+            self._when(needs, lambda t: self._start_allreduce(step, t), now)
 
     def _start_allreduce(self, step: int, now: float) -> None:
         plan = self._plan(step)
@@ -297,6 +301,8 @@ class Rank:
         for prev, nxt in zip(plan.gradient_recvs, sends[1:], strict=False):
             self._when(_recvs([prev]), lambda t, nxt=nxt: self._send(nxt, step, t), now)
         needs = [*_recvs(plan.gradient_recvs), *_sends(sends)]
+        if self.cfg.tp_phase == "overlap":
+            needs.append(("compute-done", step))
         self._when(needs, lambda t: self._allreduce_done(step, t), now)
 
     def _allreduce_done(self, step: int, now: float) -> None:

@@ -118,9 +118,23 @@ class TxFlow:
     finished: float | None = None
     window_blocked: bool = False
     """NSCC: the window was full when the flow's turn came; an ACK or NACK reschedules it."""
+    window_per_bps: float = 0.0
+    """The sender window over the line rate (0: no window): at rate r the flow may have
+    r * window_per_bps new bytes unacknowledged (a window that shrinks with the rate, as
+    ns-3's VAR_WIN)."""
+    cuts_at_open: int = 0
+    mark_cuts_at_open: int = 0
+    """The reaction point's counts when the flow opened: a QP's state outlives its flows."""
+
+    def window_open(self) -> bool:
+        """New data may go: no window, or fewer bytes past the cumulative ACK than it allows
+        (always at least one packet, as ns-3's IsWinBound)."""
+        return not self.window_per_bps or (
+            self.next_new - self.acked.una < self.window_per_bps * self.rate.current
+        )
 
     def has_work(self) -> bool:
-        return bool(self.retx) or self.next_new < self.size
+        return bool(self.retx) or (self.next_new < self.size and self.window_open())
 
     def in_flight(self) -> int:
         """Bytes sent and neither acknowledged nor waiting to be resent: what a window holds.
@@ -148,8 +162,8 @@ class TxFlow:
             "rtt_max": self.rtt_max,
             "late_acks": self.late_acks,
             "rto": self.rto,
-            "rate_cuts": self.rate.cuts_due,
-            "mark_cuts": self.rate.mark_cuts_due,
+            "rate_cuts": self.rate.cuts_due - self.cuts_at_open,
+            "mark_cuts": self.rate.mark_cuts_due - self.mark_cuts_at_open,
             "mode_changes": self.mode_changes,
             "exempt_time": self.exempt_time,
             "obeying_again_time": self.obeying_again_time,
@@ -179,6 +193,11 @@ class ForgiveSender:
     After `max_timeouts` timeout rounds in a row with no byte acknowledged, a flow fails:
     it stops, `flow_state` says `failed`, and `take_failed` reports it once.
 
+    Options beside DCQCN's (docs/dcqcn.md, "Sender options"): `window_bytes`, a window
+    per flow at the line rate that shrinks with the flow's rate (0: none); `qp_state`,
+    whether flows opened with the same `qp` key share one reaction point, so DCQCN's
+    state outlives a message; `payload_bytes`, the most DATA bytes per packet.
+
     Every feedback packet it drops is counted once in `rejected`, by reason:
     "short", "bad_header", "not_control" (a DATA packet), "unknown_flow",
     "out_of_range" (a range past the flow's size) and "failed_flow".
@@ -191,7 +210,14 @@ class ForgiveSender:
         rto: float = 1e-3,
         rto_max: float = 0.2,
         max_timeouts: int = MAX_TIMEOUTS,
+        window_bytes: float = 0.0,
+        qp_state: bool = False,
+        payload_bytes: int = PACKET_BYTES,
     ) -> None:
+        if not (window_bytes >= 0 and math.isfinite(window_bytes)):
+            raise ValueError(f"window_bytes must be a finite number >= 0, got {window_bytes}")
+        if isinstance(payload_bytes, bool) or not 1 <= payload_bytes <= PACKET_BYTES:
+            raise ValueError(f"payload_bytes must lie in 1..{PACKET_BYTES}, got {payload_bytes}")
         if rto <= 0 or rto_max < rto:
             raise ValueError(f"need 0 < rto <= rto_max, got rto={rto}, rto_max={rto_max}")
         if isinstance(max_timeouts, bool) or not isinstance(max_timeouts, int) or max_timeouts < 1:
@@ -201,6 +227,11 @@ class ForgiveSender:
         self.rto = rto
         self.rto_max = rto_max
         self.max_timeouts = max_timeouts
+        self.payload_bytes = payload_bytes
+        self.qp_state = qp_state
+        self._window_per_bps = window_bytes / params.line_rate_bps
+        self._qps: dict[Hashable, DcqcnRate | NicDcqcnRate | LineRate] = {}
+        """Reaction points by QP key, when `qp_state` keeps them across messages."""
         self._flows: dict[int, TxFlow] = {}
         self._paths: dict[Hashable, PathTiming] = {}
         self._send_heap: list[tuple[float, int]] = []
@@ -230,11 +261,15 @@ class ForgiveSender:
         now: float,
         data: bytes | None = None,
         peer: Hashable = None,
+        qp: Hashable = None,
     ) -> None:
         """OnFlowStart: every flow obeys congestion control until its first report.
 
         Flows to the same `peer` (any hashable, e.g. its address) share one
         round-trip estimate; flows without one share the sender's default path.
+        With `qp_state`, flows with the same `qp` key (e.g. peer and traffic class) share
+        one reaction point, as a NIC's QP keeps its DCQCN state from message to message;
+        otherwise, or with no key, each flow starts at the line rate.
         """
         if flow_id in self._flows:
             raise ValueError(f"flow {flow_id} is already open")
@@ -245,16 +280,27 @@ class ForgiveSender:
         path = self._paths.get(peer)
         if path is None:
             path = self._paths[peer] = PathTiming(self.rto)
+        if isinstance(self.params, NsccParams):
+            rate: DcqcnRate | NicDcqcnRate | LineRate | NsccWindow = NsccWindow(
+                self.params, now, path.rtt_min
+            )
+        elif self.qp_state and qp is not None:
+            rate = self._qps.get(qp)  # type: ignore[assignment]
+            if rate is None:
+                rate = self._qps[qp] = new_rate(self.params, now)
+        else:
+            rate = new_rate(self.params, now)
         flow = TxFlow(
             flow_id,
             size_bytes,
             memoryview(data) if data is not None else None,
-            NsccWindow(self.params, now, path.rtt_min)
-            if isinstance(self.params, NsccParams)
-            else new_rate(self.params, now),
+            rate,
             opened=now,
             path=path,
             rto=path.rto,
+            window_per_bps=self._window_per_bps,
+            cuts_at_open=rate.cuts_due,
+            mark_cuts_at_open=rate.mark_cuts_due,
         )
         self._flows[flow_id] = flow
         self._schedule(flow, now)
@@ -383,7 +429,7 @@ class ForgiveSender:
                 flow.retx.popleft()
                 continue
             lo = gap[0]
-            hi = min(gap[1], lo + PACKET_BYTES)
+            hi = min(gap[1], lo + self.payload_bytes)
             if hi >= flow.retx[0][1]:
                 flow.retx.popleft()
             else:
@@ -392,10 +438,10 @@ class ForgiveSender:
             flow.retransmitted_bytes += hi - lo
             break
         else:
-            if flow.next_new >= flow.size:
+            if flow.next_new >= flow.size or not flow.window_open():
                 return None
             lo = flow.next_new
-            hi = min(lo + PACKET_BYTES, flow.size)
+            hi = min(lo + self.payload_bytes, flow.size)
             flow.next_new = hi
         if hi == flow.size:
             flags |= _LAST
@@ -581,6 +627,8 @@ class ForgiveSender:
             window: NsccWindow = flow.rate  # type: ignore[assignment]
             window.on_ack(fresh, rtt, marked, flow.in_flight(), now, react=flow.cc_mode == OBEYING)
             self._unblock(flow, now)
+        if flow.window_per_bps and not flow.scheduled:
+            self._schedule(flow, now)  # the window may have opened
 
     def _unblock(self, flow: TxFlow, now: float) -> None:
         """A window that was full may have room again."""
