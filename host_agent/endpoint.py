@@ -512,9 +512,12 @@ class Endpoint:
     def get_timer(self) -> float | None:
         """The earliest time `handle_timer` (or `datagrams_to_send`) has work, or None."""
         best = self.tx.next_deadline()
-        for candidate in (self.acks.deadline(), self.rx.next_deadline()):
-            if candidate is not None and (best is None or candidate < best):
-                best = candidate
+        acks = self.acks.deadline() if self.acks.held else None
+        if acks is not None and (best is None or acks < best):
+            best = acks
+        cnps = self.rx.next_deadline()
+        if cnps is not None and (best is None or cnps < best):
+            best = cnps
         return best
 
     def handle_timer(self, now: float) -> None:

@@ -61,10 +61,10 @@ from switch_model.surface import DEFAULT_TRIMMING, PMAX_ONE, Thresholds
 from switch_model.tables import EcmpGroup, Forwarding, NextHop
 
 _ETHERTYPE_IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
-_IPV4 = struct.Struct("!BBH4xBB")
-"""version/IHL, TOS (DSCP and ECN), total length, ..., TTL, protocol: from IPV4_AT."""
 _PORTS = struct.Struct("!HH")
 _IP_WORDS = struct.Struct("!10H")
+"""The IPv4 header as ten 16-bit words: what csum16 sums, and the fields parse_ipv4 reads."""
+_CHECKSUM_WORD = (IPV4_CHECKSUM_AT - IPV4_AT) // 2
 _U16 = struct.Struct("!H")
 _HASH_TAIL = struct.Struct("!BHH")
 """protocol and the two L4 ports, after srcAddr and dstAddr, as choose_ecmp_member hashes them."""
@@ -73,21 +73,23 @@ _DATA = int(Opcode.DATA)
 _TRIMMED = int(Flag.TRIMMED)
 
 
+def _fold(total: int) -> int:
+    """A sum of 16-bit words folded to 16 bits in ones' complement (csum16 before its NOT)."""
+    total = (total & 0xFFFF) + (total >> 16)
+    return (total & 0xFFFF) + (total >> 16)
+
+
 def ipv4_checksum(frame: bytearray) -> None:
-    """Recompute the IPv4 header checksum in place (ForgiveComputeChecksum, csum16)."""
-    frame[IPV4_CHECKSUM_AT : IPV4_CHECKSUM_AT + 2] = b"\0\0"
-    total = sum(_IP_WORDS.unpack_from(frame, IPV4_AT))
-    total = (total & 0xFFFF) + (total >> 16)
-    total = (total & 0xFFFF) + (total >> 16)
+    """Recompute the IPv4 header checksum in place (ForgiveComputeChecksum, csum16): the sum of
+    the header's ten words with the checksum word taken as zero."""
+    words = _IP_WORDS.unpack_from(frame, IPV4_AT)
+    total = _fold(sum(words) - words[_CHECKSUM_WORD])
     _U16.pack_into(frame, IPV4_CHECKSUM_AT, ~total & 0xFFFF)
 
 
-def ipv4_checksum_ok(frame: bytearray) -> bool:
-    """ForgiveVerifyChecksum: csum16 over the 20-byte header as received."""
-    total = sum(_IP_WORDS.unpack_from(frame, IPV4_AT))
-    total = (total & 0xFFFF) + (total >> 16)
-    total = (total & 0xFFFF) + (total >> 16)
-    return total == 0xFFFF
+def ipv4_checksum_ok(words: tuple[int, ...]) -> bool:
+    """ForgiveVerifyChecksum: csum16 over the 20-byte header as received, its ten words."""
+    return _fold(sum(words)) == 0xFFFF
 
 
 @dataclass(slots=True)
@@ -145,9 +147,11 @@ class Pipeline:
         # state start: Ethernet, then IPv4 by EtherType
         if size < IPV4_AT + IPV4_LEN or frame[ETH_TYPE_AT : ETH_TYPE_AT + 2] != _ETHERTYPE_IPV4:
             return None
-        # state parse_ipv4
-        version_ihl, tos, _, ttl, protocol = _IPV4.unpack_from(frame, IPV4_AT)
-        dst = int.from_bytes(frame[IPV4_DST_AT : IPV4_DST_AT + 4], "big")
+        # state parse_ipv4: words 0 (version/IHL, TOS), 4 (TTL, protocol), 8-9 (dstAddr)
+        words = _IP_WORDS.unpack_from(frame, IPV4_AT)
+        version_ihl, tos = words[0] >> 8, words[0] & 0xFF
+        ttl, protocol = words[4] >> 8, words[4] & 0xFF
+        dst = words[8] << 16 | words[9]
         error = version_ihl & 0x0F != IPV4_IHL_NO_OPTIONS
         sport = dport = 0
         is_data = is_control = False
@@ -177,7 +181,7 @@ class Pipeline:
             dport,
             is_data,
             is_control,
-            error or not ipv4_checksum_ok(frame),
+            error or not ipv4_checksum_ok(words),
         )
 
     # -- ForgiveIngress ------------------------------------------------------------------

@@ -75,8 +75,10 @@ class EgressPort:
             if self.line_free < now:
                 self.line_free = now
             due = self.queue_due
-            due[0] = max(due[0], now)
-            due[1] = max(due[1], now)
+            if due[0] < now:
+                due[0] = now
+            if due[1] < now:
+                due[1] = now
         if high:
             if self.high_bytes + size > self.high_capacity:
                 return False
@@ -109,8 +111,11 @@ class EgressPort:
         if pps:
             due[prio] = max(due[prio], now - CATCH_UP_S) + 1 / pps
         if rate:
-            slack = max(CATCH_UP_S, CATCH_UP_FRAMES * FULL_FRAME_BITS / rate)
-            self.line_free = max(self.line_free, now - slack) + len(frame) * 8 / rate
+            # The wire's schedule, but never more than the catch-up allowance behind `now`.
+            slack = CATCH_UP_FRAMES * FULL_FRAME_BITS / rate
+            earliest = now - (slack if slack > CATCH_UP_S else CATCH_UP_S)
+            free = self.line_free
+            self.line_free = (free if free >= earliest else earliest) + len(frame) * 8 / rate
         return frame, received
 
     def next_departure(self) -> float | None:
@@ -122,7 +127,9 @@ class EgressPort:
             head = due[PRIO_LOW]
         else:
             return None
-        return max(head, self.line_free) if self.rate_bps else head
+        if self.rate_bps and self.line_free > head:
+            return self.line_free
+        return head
 
     @property
     def empty(self) -> bool:

@@ -263,15 +263,19 @@ class VirtualFabric:
         self._wake[i] = self._wake_at[i] = None
         now = self.env._now
         self.hosts[i].handle_timer(now)
+        woken = False
         for app in self.apps[i]:
             app_timer = app.get_timer()
             if app_timer is not None and app_timer <= now:
                 app.handle_timer(now)
-        self._flush(i)
+                woken = True
+        self._flush(i, woken)
 
-    def _flush(self, i: int) -> None:
+    def _flush(self, i: int, woken: bool = False) -> None:
         """Host `i` sends what is due and hands its events to its applications until quiet,
-        then sleeps until the earliest timer of the host and its applications."""
+        then sleeps until the earliest timer of the host and its applications. The run's end
+        is checked when an application was `woken` or handed an event: nothing else moves
+        it."""
         env = self.env
         now = env._now
         host = self.hosts[i]
@@ -292,6 +296,7 @@ class VirtualFabric:
             event = host.next_event()
             if event is None:
                 break
+            woken = True
             while event is not None:
                 for app in apps:
                     app.handle_event(event, now)
@@ -305,7 +310,7 @@ class VirtualFabric:
             self._wake_at[i] = due
             wake = self._wake[i] = Timeout(env, due - now if due > now else 0.0, i)
             wake.callbacks.append(self._host_timer)
-        if self._stop is not None and self._until():
+        if woken and self._stop is not None and self._until():
             self._stop.succeed()
             self._stop = None
 
