@@ -14,12 +14,20 @@ Run: `.venv/bin/python benchmarks/bench_sim.py [--quick]`. In one run it prints
 - how the wall time grows with ranks (8, 16, 32, 64, three steps) and with bytes (16 ranks,
   three steps, byte scale 128, 64, 32).
 
-`--quick` skips the 20-step run.
+`--quick` skips the 20-step run. `--compare DIR` instead runs another checkout (e.g. `git
+worktree add /tmp/old 1cb5452`) and this one alternately, `--rounds` times each, on the
+64-rank 2-step run through `forgive run --engine sim` in a fresh process, and prints each
+pair's wall and CPU time, the speed-up as a ratio of the two measured side by side, and
+whether the two wrote the same runs.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,12 +47,81 @@ from topologies.simulated import DEFAULT_BYTE_SCALE, run_simulated, sim_scaling
 GOAL_RATIO = 0.5
 GOAL_WALL_S = 600.0
 SIMPY_LIMIT = 1 / 3
+GOAL_SPEEDUP = 5.0
+"""DATA packets per second against the code of issue 23's start (1cb5452), side by side."""
+GOAL_FLAT = 1.3
+"""Cost per DATA packet at 64 ranks over that at 8 ranks."""
+ROOT = Path(__file__).resolve().parents[1]
+COMPARE_RUN = [
+    *("run", "--engine", "sim", "--fabric", "note-4to1", "--job", "note", "--steps", "2"),
+    *("--byte-scale", f"{DEFAULT_BYTE_SCALE:g}", "--policy", "forgive", "--seed", "1"),
+]
+"""The 64-rank 2-step run as the CLI takes it: the interface an older checkout shares."""
 
 
 def note_fabric(ranks: int, byte_scale: float = DEFAULT_BYTE_SCALE) -> FabricSpec:
     """The note's 4:1 leaf-spine (8 hosts and 2 spines per leaf) with `ranks` hosts."""
     spec = FabricSpec(f"note-4to1-{ranks}", leaves=ranks // 8, spines=2, hosts_per_leaf=8)
     return sim_scaling(spec, byte_scale=byte_scale)
+
+
+def cli_run(tree: Path, out: Path) -> dict:
+    """`COMPARE_RUN` with `tree`'s code in a fresh process: its wall and CPU seconds, its DATA
+    packets and its runs.json."""
+    before = os.times()
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "topologies.cli", *COMPARE_RUN, "--out", str(out)],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wall = time.perf_counter() - started
+    after = os.times()
+    if proc.returncode:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SystemExit(f"{tree}: forgive run failed: {last}")
+    runs = (out / "runs.json").read_bytes()
+    return {
+        "wall_s": wall,
+        "cpu_s": after.children_user
+        - before.children_user
+        + after.children_system
+        - before.children_system,
+        "data_packets": json.loads(runs)[0]["data_packets_sent"],
+        "runs": runs,
+    }
+
+
+def compare(old: Path, rounds: int) -> None:
+    """This tree against `old`, alternately, on the same machine in the same minutes."""
+    if not (old / "topologies" / "cli.py").is_file():
+        raise SystemExit(f"--compare {old}: not a checkout of this project")
+    print(f"--compare {old}: {' '.join(COMPARE_RUN)}, {rounds} rounds, old then new")
+    ratios, same = [], True
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in range(rounds):
+            pair = {}
+            for tag, tree in (("old", old), ("new", ROOT)):
+                pair[tag] = cli_run(tree, Path(tmp) / f"{tag}{n}")
+            o, w = pair["old"], pair["new"]
+            same = same and o["runs"] == w["runs"]
+            rate_old = o["data_packets"] / o["wall_s"]
+            rate_new = w["data_packets"] / w["wall_s"]
+            ratios.append(rate_new / rate_old)
+            print(
+                f"  round {n + 1}: old {o['wall_s']:.1f} s wall, {o['cpu_s']:.1f} s CPU, "
+                f"{rate_old:,.0f} DATA/s; new {w['wall_s']:.1f} s wall, {w['cpu_s']:.1f} s CPU, "
+                f"{rate_new:,.0f} DATA/s; x{ratios[-1]:.2f} (CPU x{o['cpu_s'] / w['cpu_s']:.2f})"
+            )
+    speedup = statistics.median(ratios)
+    print(
+        f"speed-up in DATA packets/s, median of {rounds}: x{speedup:.2f}; goal x{GOAL_SPEEDUP:g}: "
+        f"{'met' if speedup >= GOAL_SPEEDUP else 'missed'}; runs.json "
+        f"{'byte-identical' if same else 'DIFFERS'} between the two"
+    )
 
 
 def simulate(ranks: int, steps: int, byte_scale: float = DEFAULT_BYTE_SCALE) -> dict:
@@ -58,9 +135,10 @@ def simulate(ranks: int, steps: int, byte_scale: float = DEFAULT_BYTE_SCALE) -> 
     )
     stats: dict = {}
     with tempfile.TemporaryDirectory() as out:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result = run_simulated(config, Path(out), f"{ranks} ranks", tty=False, engine_stats=stats)
         stats["total_s"] = time.perf_counter() - started
+        stats["cpu_s"] = time.process_time() - cpu
     stats["data_packets"] = result.data_packets_sent
     return stats
 
@@ -85,7 +163,12 @@ def simpy_cost_per_event(pending: int, events: int = 400_000) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the 20-step 64-rank run")
+    parser.add_argument("--compare", type=Path, metavar="DIR", help="an older checkout to race")
+    parser.add_argument("--rounds", type=int, default=2, help="pairs of runs for --compare")
     args = parser.parse_args()
+    if args.compare is not None:
+        compare(args.compare.resolve(), args.rounds)
+        return
     core = best_rate(sender_run(100_000), 100_000, 3)
     print(f"protocol core, DATA out + ACK in: {core:,.0f} packets/s (the reference)")
 
@@ -110,15 +193,26 @@ def main() -> None:
         f"({'under' if share < SIMPY_LIMIT else 'over'} the third that would justify replacing it)"
     )
 
-    print("growth with ranks (3 steps, byte scale 64):")
+    print("growth with ranks (3 steps, byte scale 64; CPU time of the whole run):")
     by_ranks = {}
     for ranks in (8, 16, 32, 64):
-        by_ranks[ranks] = simulate(ranks, 3)
-        st = by_ranks[ranks]
+        by_ranks[ranks] = st = simulate(ranks, 3)
+        st["per_data"] = st["cpu_s"] / st["data_packets"]
         print(
             f"  {ranks:3} ranks: {st['wall_s']:7.1f} s, {st['data_packets']:>9,} DATA packets, "
-            f"x{st['wall_s'] / by_ranks[8]['wall_s']:.1f} of 8 ranks"
+            f"x{st['wall_s'] / by_ranks[8]['wall_s']:.1f} of 8 ranks; "
+            f"{st['per_data'] * 1e6:.0f} us CPU per DATA packet, "
+            f"{st['cpu_s'] / st['frames'] * 1e6:.1f} us per frame over a link "
+            f"({st['frames'] / st['data_packets']:.2f} frames per DATA packet)"
         )
+    flat = by_ranks[64]["per_data"] / by_ranks[8]["per_data"]
+    per_frame = (by_ranks[64]["cpu_s"] / by_ranks[64]["frames"]) / (
+        by_ranks[8]["cpu_s"] / by_ranks[8]["frames"]
+    )
+    print(
+        f"  per DATA packet, 64 ranks over 8: x{flat:.2f} (goal x{GOAL_FLAT}: "
+        f"{'met' if flat <= GOAL_FLAT else 'missed'}); per frame over a link: x{per_frame:.2f}"
+    )
     print("growth with bytes (16 ranks, 3 steps):")
     by_bytes = {}
     for scale in (128, 64, 32):
