@@ -60,7 +60,8 @@ def ip_text(ip: bytes) -> str:
     return str(ipaddress.IPv4Address(ip))
 
 
-def _fold(total: int) -> int:
+def csum_fold(total: int) -> int:
+    """A sum of 16-bit words folded to 16 bits in ones' complement (the checksum before its NOT)."""
     while total > 0xFFFF:
         total = (total & 0xFFFF) + (total >> 16)
     return total
@@ -68,7 +69,7 @@ def _fold(total: int) -> int:
 
 def ipv4_checksum(header: bytes, offset: int = 0) -> int:
     """The ones'-complement checksum of the 20-byte IPv4 header at `offset` (0 when it is valid)."""
-    return ~_fold(sum(_IP_WORDS.unpack_from(header, offset))) & 0xFFFF
+    return ~csum_fold(sum(_IP_WORDS.unpack_from(header, offset))) & 0xFFFF
 
 
 _ETH_IP = struct.Struct("!6s6sH BBHHHBBH4s4s")

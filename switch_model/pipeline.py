@@ -23,6 +23,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass
 
+from host_agent.frames import csum_fold
 from host_agent.wire import (
     ECN_CE,
     ECN_MASK,
@@ -73,23 +74,17 @@ _DATA = int(Opcode.DATA)
 _TRIMMED = int(Flag.TRIMMED)
 
 
-def _fold(total: int) -> int:
-    """A sum of 16-bit words folded to 16 bits in ones' complement (csum16 before its NOT)."""
-    total = (total & 0xFFFF) + (total >> 16)
-    return (total & 0xFFFF) + (total >> 16)
-
-
 def ipv4_checksum(frame: bytearray) -> None:
     """Recompute the IPv4 header checksum in place (ForgiveComputeChecksum, csum16): the sum of
     the header's ten words with the checksum word taken as zero."""
     words = _IP_WORDS.unpack_from(frame, IPV4_AT)
-    total = _fold(sum(words) - words[_CHECKSUM_WORD])
+    total = csum_fold(sum(words) - words[_CHECKSUM_WORD])
     _U16.pack_into(frame, IPV4_CHECKSUM_AT, ~total & 0xFFFF)
 
 
 def ipv4_checksum_ok(words: tuple[int, ...]) -> bool:
     """ForgiveVerifyChecksum: csum16 over the 20-byte header as received, its ten words."""
-    return _fold(sum(words)) == 0xFFFF
+    return csum_fold(sum(words)) == 0xFFFF
 
 
 @dataclass(slots=True)

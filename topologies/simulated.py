@@ -103,14 +103,9 @@ def run_simulated(
 
         def sampler(sim: VirtualFabric, ranks):
             while True:
-                totals = sim.switch_totals()
-                trims = sum(t["trims"] for t in totals.values())
+                trims = sim.fabric_total("trims")
                 timeline.append(
-                    {
-                        "t": sim.now,
-                        "trims": trims,
-                        "ce_marks": sum(t["ce_marks"] for t in totals.values()),
-                    }
+                    {"t": sim.now, "trims": trims, "ce_marks": sim.fabric_total("ce_marks")}
                 )
                 progress.update(min(r.steps_done for r in ranks), trims)
                 yield sim.env.timeout(SAMPLE_EVERY_S * time_scale)

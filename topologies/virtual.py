@@ -356,6 +356,11 @@ class VirtualFabric:
         """Per switch, its counters summed over its ports (as the runner reads real ones)."""
         return {name: c.totals() for name, c in self.counters.items()}
 
+    def fabric_total(self, counter: str) -> int:
+        """One counter (a CounterArrays field) summed over every port of every switch: what a
+        timeline samples, without summing the others."""
+        return sum(sum(getattr(c, counter)) for c in self.counters.values())
+
 
 def sim_endpoints(switches) -> dict[str, dict]:
     """Control endpoints for a description the simulator alone reads: it installs the entries
