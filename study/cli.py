@@ -263,18 +263,23 @@ def _regime_setup(args: argparse.Namespace):
         dcqcn=args.dcqcn,
         engine="sim",
     )
+    left_out: list[str] = []
+    if args.cells is None:
+        cells, left_out = regime.feasible(cells, base)
     planned = regime.plan(cells, base, seeds)
     for _, config in planned:
         config.validate()
-    return base, cells, seeds, planned
+    return base, cells, seeds, planned, left_out
 
 
 def main_regime(args: argparse.Namespace) -> int:
     try:
-        base, cells, seeds, planned = _regime_setup(args)
+        base, cells, seeds, planned, left_out = _regime_setup(args)
     except (RunError, FabricError) as err:
         print(f"forgive study: {err}", file=sys.stderr)
         return 2
+    for reason in left_out:
+        say(f"study regime: left out {reason}")
     cache = RunCache(args.cache)
     out = args.out or Path("results") / f"study-regime-{time.strftime('%Y%m%d-%H%M%S')}"
     present = sum(1 for _, c in planned if cache.get(c) is not None)
@@ -313,6 +318,7 @@ def main_regime(args: argparse.Namespace) -> int:
         "dcqcn": base.dcqcn,
         "steps": base.workload.steps,
         "seeds": list(seeds),
+        "cells_left_out": left_out,
         "wall_time_s": wall,
         "runs_made": made,
         "runs_from_cache": cached,

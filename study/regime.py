@@ -20,9 +20,17 @@ from typing import Any
 from host_agent.core import PROFILES
 from study.claims import number
 from study.slack import allreduce_bound_s
-from topologies.fabric import PRESETS, FabricSpec
+from topologies.fabric import (
+    DCQCN_STATES,
+    PRESETS,
+    WINDOWS,
+    FabricError,
+    FabricSpec,
+    with_data_queue,
+)
 from topologies.results import RunResult, render_table
 from topologies.runner import RunConfig, RunError
+from workload.plan import TP_PHASES
 
 TIGHT, FORGIVE = "tight", "forgive"
 POLICIES = (TIGHT, FORGIVE)
@@ -30,9 +38,6 @@ NOTE_SLACK = 32.3 / 10.57
 """The note's tight all-reduce (32.3 ms, Results ¶2) over its 4:1 fabric's line-rate bound."""
 NOTE_SAVING = (16.1, 16.7)
 """forgive's saving against tight in the note, percent (Results ¶2)."""
-ECN_FRACTIONS = (800_000 / (4 << 20), 3_200_000 / (4 << 20))
-"""The note's marking thresholds as fractions of its 4 MiB data queue: a cell that resizes the
-queue keeps them, so marking starts at the same fill."""
 
 
 def ring_step_bytes(config: RunConfig) -> float:
@@ -53,14 +58,16 @@ def ring_step_bytes(config: RunConfig) -> float:
 
 
 def with_step_over_buffer(config: RunConfig, ratio: float) -> RunConfig:
-    """The data queue resized so that a ring step is `ratio` times it, marking at the same
-    fractions of it."""
+    """The data queue resized so that a ring step is `ratio` times it, marking at the note's
+    fractions of it (`topologies.fabric.with_data_queue`)."""
     queue = int(ring_step_bytes(config) / ratio)
-    kmin, kmax = (int(f * queue) for f in ECN_FRACTIONS)
-    switch = replace(
-        config.fabric.switch, data_queue_bytes=queue, ecn_kmin_bytes=kmin, ecn_kmax_bytes=kmax
-    )
-    return replace(config, fabric=replace(config.fabric, switch=switch))
+    return replace(config, fabric=with_data_queue(config.fabric, queue))
+
+
+def with_nic(config: RunConfig, **settings: Any) -> RunConfig:
+    """The hosts' transport changed (topologies.fabric.NicSettings)."""
+    nic = replace(config.fabric.nic, **settings)
+    return replace(config, fabric=replace(config.fabric, nic=nic))
 
 
 def with_fabric(config: RunConfig, name: str) -> RunConfig:
@@ -73,6 +80,9 @@ AXES: dict[str, Callable[[RunConfig, Any], RunConfig]] = {
     "step/buffer": with_step_over_buffer,
     "dcqcn": lambda config, profile: replace(config, dcqcn=profile),
     "fabric": with_fabric,
+    "window": lambda config, window: with_nic(config, window=window),
+    "dcqcn-state": lambda config, state: with_nic(config, dcqcn_state=state),
+    "tp": lambda config, phase: replace(config, workload=replace(config.workload, tp_phase=phase)),
 }
 """What each axis changes in a run's configuration."""
 
@@ -100,9 +110,21 @@ DEFAULT_GRID: tuple[Cell, ...] = (
     *(Cell("step/buffer", r) for r in (0.25, 0.5, 2.0, 4.0, 8.0)),
     *(Cell("dcqcn", p) for p in PROFILES if p != "paper"),
     Cell("fabric", "note-1to1"),
+    Cell("window", "bdp"),
+    Cell("dcqcn-state", "qp"),
+    Cell("tp", "overlap"),
 )
-"""The base point (the note's 4:1 fabric, paper profile, ring step about its 4 MiB queue) and
-one change from it per cell."""
+"""The base point (the note's 4:1 fabric, paper profile, no window, DCQCN state per message,
+tensor-parallel traffic in its own phase, a ring step about its 4 MiB queue) and one change
+from it per cell."""
+CHOICES: dict[str, tuple[str, ...]] = {
+    "dcqcn": PROFILES,
+    "fabric": tuple(PRESETS),
+    "window": WINDOWS,
+    "dcqcn-state": DCQCN_STATES,
+    "tp": TP_PHASES,
+}
+"""The values each named axis takes (the ring step's is any ratio)."""
 
 
 def parse_cells(text: str) -> tuple[Cell, ...]:
@@ -124,10 +146,8 @@ def parse_cells(text: str) -> tuple[Cell, ...]:
             if not 0 < ratio < 1e3:
                 raise RunError(f"--cells: {name!r}: the ratio must lie in (0, 1000)")
             cells.append(Cell(axis, ratio))
-        elif axis == "dcqcn" and value not in PROFILES:
-            raise RunError(f"--cells: {name!r}: profiles are {', '.join(PROFILES)}")
-        elif axis == "fabric" and value not in PRESETS:
-            raise RunError(f"--cells: {name!r}: fabrics are {', '.join(PRESETS)}")
+        elif value not in CHOICES[axis]:
+            raise RunError(f"--cells: {name!r}: {axis} is one of {', '.join(CHOICES[axis])}")
         else:
             cells.append(Cell(axis, value))
     if not cells:
@@ -138,7 +158,28 @@ def parse_cells(text: str) -> tuple[Cell, ...]:
 def plan(
     cells: Sequence[Cell], base: RunConfig, seeds: Sequence[int]
 ) -> list[tuple[Cell, RunConfig]]:
-    return [(c, c.config(base, p, s)) for c in cells for p in POLICIES for s in seeds]
+    """Every run, cell by cell; FabricError, naming the cell, for a cell the base cannot take
+    (a data queue under four frames at this byte scale)."""
+    out = []
+    for c in cells:
+        try:
+            out += [(c, c.config(base, p, s)) for p in POLICIES for s in seeds]
+        except FabricError as err:
+            raise FabricError(f"cell {c.name}: {err}") from None
+    return out
+
+
+def feasible(cells: Sequence[Cell], base: RunConfig) -> tuple[list[Cell], list[str]]:
+    """The cells the base can take, and a reason for each it cannot."""
+    kept, left_out = [], []
+    for c in cells:
+        try:
+            c.config(base, TIGHT, 1)
+        except FabricError as err:
+            left_out.append(f"{c.name} ({err})")
+        else:
+            kept.append(c)
+    return kept, left_out
 
 
 @dataclass

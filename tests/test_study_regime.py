@@ -9,7 +9,8 @@ import pytest
 
 from study import regime
 from topologies.cli import main
-from topologies.fabric import PRESETS
+from topologies.fabric import FabricError
+from topologies.options import fabric_from
 from topologies.runner import JOBS, RunConfig, RunError
 
 GRID = ["study", "regime", "--fabric", "2to1", "--job", "default", "--steps", "5"]
@@ -17,7 +18,7 @@ GRID += ["--byte-scale", "128", "--seeds", "1", "--cells", "base,step/buffer=4"]
 
 
 def test_a_ring_step_on_the_notes_fabric_is_its_4_mib_queue():
-    base = RunConfig(PRESETS["note-4to1"], workload=JOBS["note"], engine="sim")
+    base = RunConfig(fabric_from("note-4to1", "sim", None, 16), workload=JOBS["note"])
     # 64 MiB / 64 ranks = 1 MiB chunks, 8 hosts of a leaf crossing 2 spines: 4 MiB per uplink
     assert regime.ring_step_bytes(base) == 4 << 20
     eight = regime.with_step_over_buffer(base, 8.0).fabric.switch
@@ -31,8 +32,10 @@ def test_a_ring_step_on_the_notes_fabric_is_its_4_mib_queue():
         ("buffer=2", "is not base or AXIS=VALUE"),
         ("step/buffer=x", "the ratio must be a number"),
         ("step/buffer=0", "the ratio must lie in (0, 1000)"),
-        ("dcqcn=fast", "profiles are"),
-        ("fabric=moon", "fabrics are"),
+        ("dcqcn=fast", "dcqcn is one of paper, nic"),
+        ("fabric=moon", "fabric is one of"),
+        ("window=huge", "window is one of none, bdp"),
+        ("tp=later", "tp is one of own, overlap"),
         (",", "--cells is empty"),
     ],
 )
@@ -68,3 +71,13 @@ def test_a_two_cell_grid_reports_what_its_runs_measured(tmp_path, capsys):
     # a second grid takes every run from the cache
     assert main([*GRID, "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "b")]) == 0
     assert capsys.readouterr().err.count("cached in") == 4
+
+
+def test_the_default_grid_leaves_out_what_the_byte_scale_cannot_hold():
+    # at bytes / 32 a ring step of 8 data queues leaves 512 KiB / 32 = 16 KiB, under 4 frames
+    base = RunConfig(fabric_from("note-4to1", "sim", None, 32), workload=JOBS["note"])
+    kept, left_out = regime.feasible(regime.DEFAULT_GRID, base)
+    assert [c.name for c in regime.DEFAULT_GRID if c not in kept] == ["step/buffer=8"]
+    assert "under 4 frames" in left_out[0]
+    with pytest.raises(FabricError, match="cell step/buffer=8: data_queue_bytes"):
+        regime.plan(regime.parse_cells("base,step/buffer=8"), base, [1])
