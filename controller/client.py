@@ -169,17 +169,30 @@ class SwitchClient:
             self.channel = None
 
     def _call(self, fn: Callable):
-        """Run fn(); if the switch went away, reconnect once and run it again."""
+        """Run fn(); if the switch went away, reconnect once and run it again. A switch that
+        lets a call's deadline pass (alive but stalled, or swamped) is SwitchUnreachable
+        naming it: the bare DEADLINE_EXCEEDED names nothing."""
         if self.channel is None or self._lost.is_set():
             self.connect(self.primary)
         try:
-            return fn()
+            return self._named(fn)
         except grpc.RpcError as err:
             if err.code() != grpc.StatusCode.UNAVAILABLE:
                 raise
         log.info("switch %s went away; reconnecting", self.name)
         self.connect(self.primary)
-        return fn()
+        return self._named(fn)
+
+    def _named(self, fn: Callable):
+        try:
+            return fn()
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+            raise SwitchUnreachable(
+                f"switch {self.name} at {self.address} did not answer in time "
+                "(P4Runtime DEADLINE_EXCEEDED): stalled or overloaded"
+            ) from None
 
     def _election(self) -> p4runtime_pb2.Uint128:
         return p4runtime_pb2.Uint128(

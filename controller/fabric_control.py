@@ -72,6 +72,12 @@ class FabricController:
             for name, spec in fabric.switches.items()
         }
         self.wanted = {name: self.entries(name) for name in fabric.switches}
+        for name in sorted(fabric.switches):
+            self.index.check_capacity(name, self.table_entries(name))
+
+    def table_entries(self, switch: str) -> list[p4runtime_pb2.TableEntry]:
+        """The table entries `switch` should hold (what the tables' sizes bound)."""
+        return self.wanted[switch]
 
     def connect(self, write: bool = True) -> None:
         """Reach every switch first, and for writing become its primary and reach its shaping

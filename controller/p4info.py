@@ -8,6 +8,8 @@ is written.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -75,6 +77,19 @@ class P4InfoIndex:
         if name not in names:
             raise ConfigError(f"P4Info has no {kind} {name}")
         return names[name]
+
+    def check_capacity(self, switch: str, entries: Iterable[p4runtime_pb2.TableEntry]) -> None:
+        """Refuse, before anything is written, a switch whose entries overflow a table: the
+        P4Info gives each table's size, and a switch refuses the entries beyond it only after
+        writing those before (ConfigError naming the switch and the table)."""
+        counts = Counter(e.table_id for e in entries if not e.is_default_action)
+        for table in self.p4info.tables:
+            wanted, size = counts.get(table.preamble.id, 0), table.size
+            if size and wanted > size:
+                raise ConfigError(
+                    f"switch {switch}: table {table.preamble.name} holds {size} entries, the "
+                    f"fabric needs {wanted} there"
+                )
 
     def table_id(self, name: str) -> int:
         return self._find("table", self.tables, name).preamble.id

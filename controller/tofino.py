@@ -371,6 +371,10 @@ class TofinoFabricController(FabricController):
         self.chip = CHIPS[targets.pop()]
         super().__init__(fabric, p4info_path, device_config_path)
 
+    def table_entries(self, switch: str) -> list[p4runtime_pb2.TableEntry]:
+        wanted = self.wanted[switch]
+        return [e.table_entry for into in (wanted.tables, wanted.routes) for e in into.values()]
+
     def connect(self, write: bool = True) -> None:
         """Reach every switch (as primary to write); the TM is set apart (tm_config), so
         there is no shaping channel to check."""

@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     from impact.experiment import ImpactError, choose_runs, run
     from impact.report import write
-    from topologies.report import read_runs
+    from topologies.report import read_runs, writable_folder
 
     try:
         seeds = tuple(int(s) for s in args.seeds.split(",") if s)
@@ -79,10 +79,10 @@ def main(args: argparse.Namespace) -> int:
             raise ImpactError(f"{args.results} has no runs.json (not a forgive results folder)")
         runs = read_runs(args.results)
         replays = choose_runs(runs, args.policy, config.seeds)
+        out = writable_folder(args.out or args.results / "impact", "--out")
     except (ValueError, TypeError, KeyError, ImpactError, OSError) as err:
         print(f"forgive impact: {err}", file=sys.stderr)
         return 2
-    out = args.out or args.results / "impact"
     for r in replays:
         print(f"seed {r.seed} replays {r.run_policy} seed {r.run_seed}", file=sys.stderr)
     results = run(config, replays)

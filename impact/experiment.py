@@ -270,6 +270,15 @@ def run(
         ]
         for arm in DRIFT_ARMS:
             t0 = time.monotonic()
+            if arm == RECORDED and not quiet:
+                # The recorded arm averages over non-critical steps; a run whose every
+                # step is critical (as short runs are) has none, so it is left out.
+                done += 1
+                progress(
+                    f"[{done}/{total}] seed {replay.seed} drift, {arm}: not measured, every one "
+                    f"of the run's {layout.steps} steps is critical"
+                )
+                continue
             if arm == IID:
                 probe = Replicas(config.spec, data, layout, replay.seed, evaluate=False)
                 drift, update_sq = simulate_independent_updates(

@@ -202,6 +202,11 @@ def drift_verdict(rows: dict[str, dict[str, list[float]]]) -> list[str]:
             "at that rate; the rate changes from step to step, so no steady state exists for "
             "either formula to describe."
         )
+    elif model["measured"]:
+        lines.append(
+            "Under the recorded masks drift is not measured: every step of the run is critical, "
+            "and the recorded arm averages over non-critical steps."
+        )
     return lines
 
 
@@ -248,7 +253,8 @@ def _save(fig, path: Path) -> None:
     for ax in fig.axes:
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # an empty panel (an arm not measured) has none
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -321,6 +327,9 @@ def plot_drift(path: Path, results: Results) -> None:
         )
         ax.axhline(statistics.fmean(row["lag_correlated"]), color="tab:orange", ls=":",
                    label="lag model, measured correlations")  # fmt: skip
+    else:
+        ax.text(0.5, 0.5, "not measured: every step is critical", ha="center",
+                transform=ax.transAxes)  # fmt: skip
     ax.set_title("Sharded, previous copy kept: recorded masks", fontsize=10)
     ax.set_xlabel("training step")
     ax = axes[2]

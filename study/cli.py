@@ -35,6 +35,7 @@ from study.variants import BY_NAME, NSCC_VARIANTS, VARIANTS, Variant
 from topologies.cache import RunCache, run_cached
 from topologies.fabric import FabricError
 from topologies.options import add_regime_options, fabric_from, tp_phase, with_regime
+from topologies.report import FolderError, writable_folder
 from topologies.runner import ENGINES, JOBS, RunConfig, RunError, say
 from topologies.sweep import run_one
 
@@ -272,16 +273,26 @@ def _regime_setup(args: argparse.Namespace):
     return base, cells, seeds, planned, left_out
 
 
+def _folders(args: argparse.Namespace, name: str) -> tuple[RunCache, Path]:
+    """The run cache and the results folder, each made and written to before the first run
+    (FolderError in one line): a study must not run for hours and then find it cannot keep
+    what it measured."""
+    out = writable_folder(
+        args.out or Path("results") / f"study-{name}-{time.strftime('%Y%m%d-%H%M%S')}",
+        "--out" if args.out else "results folder",
+    )
+    return RunCache(writable_folder(args.cache, "--cache")), out
+
+
 def main_regime(args: argparse.Namespace) -> int:
     try:
         base, cells, seeds, planned, left_out = _regime_setup(args)
-    except (RunError, FabricError) as err:
+        cache, out = _folders(args, "regime")
+    except (RunError, FabricError, FolderError) as err:
         print(f"forgive study: {err}", file=sys.stderr)
         return 2
     for reason in left_out:
         say(f"study regime: left out {reason}")
-    cache = RunCache(args.cache)
-    out = args.out or Path("results") / f"study-regime-{time.strftime('%Y%m%d-%H%M%S')}"
     present = sum(1 for _, c in planned if cache.get(c) is not None)
     cached = 0 if args.fresh else present
     say(
@@ -364,12 +375,11 @@ def main(args: argparse.Namespace) -> int:
         planned = plan(setup, variants)
         for _, config in planned:
             config.validate()
-    except (RunError, FabricError) as err:
+        name = args.study
+        cache, out = _folders(args, name)
+    except (RunError, FabricError, FolderError) as err:
         print(f"forgive study: {err}", file=sys.stderr)
         return 2
-    name = args.study
-    cache = RunCache(args.cache)
-    out = args.out or Path("results") / f"study-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     present = sum(1 for _, c in planned if cache.get(c) is not None)
     cached = 0 if args.fresh else present
     say(_describe(name, setup, planned, present, cache))
@@ -409,18 +419,23 @@ def main(args: argparse.Namespace) -> int:
             name: [str(cache.folder(c)) for v, c in planned if v.name == name] for name in runs
         },
     }
-    if name == "calibrate":
-        tight = next(c for v, c in planned if v.name == calibrate.TIGHT)
-        verdicts = judge(calibrate.claims(tight), runs)
-        held, lines = calibrate.rows_held(verdicts)
-        meta["calibration_rows_held"] = held
-        table = report.write(out, verdicts, runs, meta, title="forgive study calibrate")
-        table += f"\n\ncalibration rows held (direction and x2): {held} of 4\n" + "\n".join(lines)
-        (out / "table.txt").write_text(table + "\n")
-    else:
-        nscc = any(v.cc == "nscc" for v in variants)
-        claims = CLAIMS + NSCC_CLAIMS if nscc else CLAIMS
-        table = report.write(out, judge(claims, runs), runs, meta)
+    try:
+        if name == "calibrate":
+            tight = next(c for v, c in planned if v.name == calibrate.TIGHT)
+            verdicts = judge(calibrate.claims(tight), runs)
+            held, lines = calibrate.rows_held(verdicts)
+            meta["calibration_rows_held"] = held
+            table = report.write(out, verdicts, runs, meta, title="forgive study calibrate")
+            table += f"\n\ncalibration rows held (direction and x2): {held} of 4\n"
+            table += "\n".join(lines)
+            (out / "table.txt").write_text(table + "\n")
+        else:
+            nscc = any(v.cc == "nscc" for v in variants)
+            claims = CLAIMS + NSCC_CLAIMS if nscc else CLAIMS
+            table = report.write(out, judge(claims, runs), runs, meta)
+    except OSError as err:
+        print(f"forgive study: writing to {out}: {err.strerror or err}", file=sys.stderr)
+        return 1
     print(table)
     say(
         f"\nwall time {wall:.0f} s for {len(planned) - cached} runs ({cached} more from the "

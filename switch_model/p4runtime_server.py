@@ -23,9 +23,11 @@ import queue
 import threading
 from collections.abc import Iterator
 from concurrent import futures
+from dataclasses import dataclass
 
 import grpc
 from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
@@ -508,10 +510,82 @@ class SwitchService(p4runtime_pb2_grpc.P4RuntimeServicer):
             yield p4runtime_pb2.ReadResponse(entities=entities[start : start + 1000])
 
 
+@dataclass(frozen=True)
+class _Malformed:
+    """What a request that does not parse as its message becomes, so that the method answers
+    it INVALID_ARGUMENT (P4Runtime's code for a malformed request); grpcio's own
+    deserialisation failure is INTERNAL, with a traceback in the switch's log."""
+
+    message: str
+
+
+def _lenient(cls):
+    def parse(data: bytes):
+        try:
+            return cls.FromString(data)
+        except DecodeError as err:
+            return _Malformed(f"request is not a p4.v1.{cls.__name__} ({err})")
+
+    return parse
+
+
+def _unary(method):
+    def call(request, context):
+        if isinstance(request, _Malformed):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        return method(request, context)
+
+    return call
+
+
+def _server_streaming(method):
+    def call(request, context):
+        if isinstance(request, _Malformed):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        yield from method(request, context)
+
+    return call
+
+
+def _checked(requests):
+    for request in requests:
+        if isinstance(request, _Malformed):
+            raise P4RuntimeError(code_pb2.INVALID_ARGUMENT, request.message)
+        yield request
+
+
+def _bidirectional(method):
+    return lambda requests, context: method(_checked(requests), context)
+
+
+_STREAMING = {"Read": "unary_stream", "StreamChannel": "stream_stream"}
+"""P4Runtime's methods that stream (its descriptor in this protobuf does not say which)."""
+
+
+def _handlers(service: SwitchService) -> grpc.GenericRpcHandler:
+    """The P4Runtime service's methods, each parsing its requests leniently (above)."""
+    methods = {}
+    for method in p4runtime_pb2.DESCRIPTOR.services_by_name["P4Runtime"].methods:
+        request = getattr(p4runtime_pb2, method.input_type.name)
+        response = getattr(p4runtime_pb2, method.output_type.name)
+        kind = _STREAMING.get(method.name, "unary_unary")
+        wrap = {
+            "unary_unary": _unary,
+            "unary_stream": _server_streaming,
+            "stream_stream": _bidirectional,
+        }[kind]
+        methods[method.name] = getattr(grpc, f"{kind}_rpc_method_handler")(
+            wrap(getattr(service, method.name)),
+            request_deserializer=_lenient(request),
+            response_serializer=response.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler("p4.v1.P4Runtime", methods)
+
+
 def serve(service: SwitchService, address: str) -> grpc.Server:
     """Start the gRPC server; raises OSError when the address cannot be bound."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_STREAMS + UNARY_WORKERS))
-    p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(service, server)
+    server.add_generic_rpc_handlers((_handlers(service),))
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()

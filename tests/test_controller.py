@@ -467,3 +467,44 @@ def test_counters_need_no_mastership_and_a_second_writer_is_refused(fabric, caps
         holder.clients["s1"].write([])
     finally:
         holder.close()
+
+
+def three_switches_of(hosts_per_switch: int, addresses: list[str]) -> dict:
+    """s1 - s2 - s3 in a line, each with `hosts_per_switch` hosts: every switch routes to
+    every host, one ipv4_lpm entry each."""
+    desc: dict = {"switches": {}, "hosts": {}, "links": []}
+    for s, address in enumerate(addresses, start=1):
+        desc["switches"][f"s{s}"] = {"target": "model", "grpc": address, "device_id": s,
+                                     "control": "/tmp/x"}  # fmt: skip
+        for h in range(1, hosts_per_switch + 1):
+            n = (s - 1) * hosts_per_switch + h
+            name = f"h{n}"
+            desc["hosts"][name] = {"ip": f"10.{s}.{h >> 8}.{h & 255}", "mac": f"02:00:00:00:{n >> 8:02x}:{n & 255:02x}"}  # fmt: skip
+            desc["links"].append({"a": name, "b": f"s{s}:{h}"})
+    up = hosts_per_switch + 1
+    desc["links"] += [{"a": f"s1:{up}", "b": f"s2:{up}"}, {"a": f"s2:{up + 1}", "b": f"s3:{up}"}]
+    return desc
+
+
+def test_a_fabric_that_overflows_a_table_is_refused_before_any_write(tmp_path, capsys):
+    """1,200 hosts on 3 switches: 1,200 routes per switch where ipv4_lpm holds 1,024. The
+    P4Info gives the size, so the refusal comes before any switch is touched, naming the
+    switch and the table (a switch would refuse only the entries past the 1,024th)."""
+    services = [SwitchService(s, Dataplane({1: "unused1"})) for s in (1, 2, 3)]
+    addresses = [f"127.0.0.1:{free_tcp_port()}" for _ in services]
+    servers = [serve(service, a) for service, a in zip(services, addresses, strict=True)]
+    try:
+        path = tmp_path / "fabric.json"
+        path.write_text(json.dumps(three_switches_of(400, addresses)))
+        (tmp_path / "dev.json").write_bytes(device_config())
+        args = ["--p4info", str(p4info_path()), "--device-config", str(tmp_path / "dev.json")]
+        assert cli.main(["apply", str(path), *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"forgive-ctl: switch s1: table {surface.LPM_TABLE} holds 1024 entries, the fabric "
+            "needs 1200 there"
+        )
+        assert all(s.config is None and s.arbitration.highest is None for s in services)
+    finally:
+        for server in servers:
+            server.stop(0).wait()

@@ -1,5 +1,8 @@
+import tracemalloc
+
 import pytest
 
+from topologies.cli import main
 from topologies.fabric import PRESETS, FabricError, load, plan, preset
 from topologies.scaling import Scaling, ScalingError
 
@@ -213,3 +216,39 @@ def test_bad_run_options_are_one_line_naming_the_option(
     assert len(err) == 1 and err[0].startswith("forgive: ")
     assert message in err[0]
     assert "--seeds" not in err[0]
+
+
+def _peak_bytes(fn):
+    """What `fn` allocated at most, in bytes (Python's own allocations, via tracemalloc)."""
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'name = "big"\nleaves = 250\nspines = 1\nhosts_per_leaf = 250\n',
+            "250 leaves of 250 hosts make 62500 hosts; every host runs a training rank, and a "
+            "job has at most 128",
+        ),
+        ("# padding\n" * 200_000, "over 1024 KiB, not a fabric file"),
+    ],
+)
+def test_a_huge_fabric_is_refused_in_one_line_with_bounded_memory(tmp_path, capsys, text, message):
+    """62,500 hosts had been planned in full (330 MB) before a run refused them; a file
+    beyond any fabric's length had been read whole."""
+    path = tmp_path / "big.toml"
+    path.write_text(text)
+    codes = []
+    peak = _peak_bytes(
+        lambda: codes.append(main(["run", "--engine", "sim", "--fabric", str(path)]))
+    )
+    assert codes == [2]
+    err = capsys.readouterr().err.strip()
+    assert err == f"forgive: fabric file {path}: {message}"
+    assert peak < 4 << 20, f"{peak / 2**20:.1f} MiB to refuse it"

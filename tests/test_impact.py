@@ -301,3 +301,72 @@ def test_the_cli_replays_a_results_folder_and_refuses_bad_input(tmp_path, capsys
         assert message in err and len(err.strip().splitlines()) == 1
     assert cli.main(["impact", str(tmp_path / "missing")]) == 2
     assert "no runs.json" in capsys.readouterr().err
+
+
+def test_a_run_whose_every_step_is_critical_replays_without_the_recorded_drift(tmp_path, capsys):
+    """A plain `forgive run --steps 4` is critical throughout: the recorded drift arm, which
+    averages over non-critical steps, is left out and said to be, the rest is replayed."""
+    rec = small_record()
+    rec.steps = [StepClass(c.step, True, P_LOW) for c in rec.steps]
+    (tmp_path / "runs.json").write_text(json.dumps([run_result(1, rec).to_json()]))
+    args = ["impact", str(tmp_path), "--hidden", "8", "--batch", "8", "--seeds", "1",
+            "--drift-steps", "6", "--burn-in", "2"]  # fmt: skip
+    assert cli.main(args) == 0
+    assert (
+        "drift, recorded: not measured, every one of the run's 6 steps" in capsys.readouterr().err
+    )
+    doc = json.loads((tmp_path / "impact" / "impact.json").read_text())
+    assert doc["drift_table"]["recorded"]["measured"] == []
+    assert doc["drift_table"]["independent"]["measured"]  # the other arms still measured
+    assert "every step of the run is critical" in (tmp_path / "impact" / "table.txt").read_text()
+
+
+def _deep(depth):
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_deep(100_000), "nested too deep"),
+        ("[1]", "run 1: expected an object, got 1"),
+        ("[{}]", "run 1: missing field 'policy'"),
+        ("{}", "expected a list of runs"),
+        ("\xff", "not JSON"),
+        ("not json", "not JSON"),
+    ],
+)
+def test_the_cli_refuses_a_malformed_runs_json_in_one_line(tmp_path, capsys, text, message):
+    (tmp_path / "runs.json").write_text(text, encoding="latin-1")
+    assert cli.main(["impact", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "impact").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"training_time_s": float("nan")}, "training_time_s: nan is not a finite number"),
+        ({"seed": 2**80}, "seed: 1208925819614629174706176 is beyond a 64-bit integer"),
+        ({"policy": 7}, "policy: expected a string, got 7"),
+        ({"seed": True}, "seed: expected an integer, got True"),
+        ({"surprise": 1}, "unknown field 'surprise'"),
+    ],
+)
+def test_the_cli_refuses_a_run_whose_figures_are_not_what_they_claim(
+    tmp_path, capsys, change, message
+):
+    doc = {**run_result(1, small_record()).to_json(), **change}
+    (tmp_path / "runs.json").write_text(json.dumps([doc]))
+    assert cli.main(["impact", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "run 1" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_step_of_the_wrong_shape_is_named_by_its_place(tmp_path, capsys):
+    doc = run_result(1, small_record()).to_json()
+    doc["steps"][2]["allreduce_s"] = [1.0, "x"]
+    (tmp_path / "runs.json").write_text(json.dumps([doc]))
+    assert cli.main(["impact", str(tmp_path)]) == 2
+    assert "run 1.steps[2].allreduce_s[1]: expected a number" in capsys.readouterr().err

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import queue
+import random
 import re
 import threading
 import time
 
 import grpc
 import pytest
+from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, status_pb2
 from hypothesis import given
 from hypothesis import strategies as st
@@ -488,3 +491,42 @@ def test_a_reader_needs_no_mastership_and_a_second_writer_is_refused(server, cli
         rival.connect()
     assert "\n" not in str(err.value) and "another controller" in str(err.value)
     client.write([update(_Update.INSERT, route(0x0A000002, 1))])  # still the primary
+
+
+RANDOM_REQUEST = random.Random(25).randbytes(64)
+
+
+@pytest.mark.parametrize(
+    ("method", "kind"),
+    [
+        ("Write", "unary_unary"),
+        ("SetForwardingPipelineConfig", "unary_unary"),
+        ("GetForwardingPipelineConfig", "unary_unary"),
+        ("Capabilities", "unary_unary"),
+        ("Read", "unary_stream"),
+        ("StreamChannel", "stream_stream"),
+    ],
+)
+def test_a_request_of_random_bytes_is_invalid_argument_without_a_traceback(
+    server, caplog, method, kind
+):
+    """P4Runtime answers a malformed request INVALID_ARGUMENT; grpcio's own failure to parse
+    it is INTERNAL and logs a traceback in the switch's log."""
+    with pytest.raises(DecodeError):
+        getattr(p4runtime_pb2, f"{method}Request", p4runtime_pb2.StreamMessageRequest).FromString(
+            RANDOM_REQUEST
+        )
+    _, address = server
+    with grpc.insecure_channel(address) as channel:
+        call = getattr(channel, kind)(f"/p4.v1.P4Runtime/{method}")
+        with caplog.at_level(logging.DEBUG), pytest.raises(grpc.RpcError) as err:
+            if kind == "unary_unary":
+                call(RANDOM_REQUEST, timeout=5)
+            elif kind == "unary_stream":
+                list(call(RANDOM_REQUEST, timeout=5))
+            else:
+                list(call(iter([RANDOM_REQUEST]), timeout=5))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "request is not a p4.v1." in err.value.details()
+        assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert capabilities(address) == "1.4.1"  # and the switch still serves

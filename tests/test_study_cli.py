@@ -175,3 +175,19 @@ def test_an_nscc_run_is_its_own_in_the_cache_and_a_dcqcn_run_keeps_its_key():
     nscc = RunConfig(preset("note-4to1"), engine="sim", cc="nscc")
     assert "cc" not in config_doc(dcqcn) and config_doc(nscc)["cc"] == "nscc"
     assert run_key(dcqcn) != run_key(nscc)
+
+
+@pytest.mark.parametrize("option", ["--out", "--cache"])
+def test_a_results_folder_that_cannot_be_written_is_refused_before_any_run(
+    tmp_path, stand_in_engine, capsys, option
+):
+    taken = tmp_path / "taken"
+    taken.write_text("someone's file\n")
+    folders = {"--out": tmp_path / "out", "--cache": tmp_path / "cache", option: taken}
+    args = ["study", "note", "--seeds", "1", "--out", str(folders["--out"]),
+            "--cache", str(folders["--cache"])]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{option} {taken}: exists and is not a folder" in err and "\n" not in err
+    assert taken.read_text() == "someone's file\n"
+    assert not (tmp_path / "cache" / "calls").exists()  # no run started

@@ -1,4 +1,5 @@
 import contextlib
+import struct
 
 import pytest
 from hypothesis import given
@@ -137,5 +138,64 @@ def test_dissect_reads_a_capture(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     assert '"opcode": "ACK"' in lines[1] and '"dscp": 48' in lines[1] and "ELIGIBLE" in lines[1]
-    assert dissect.main([str(tmp_path / "missing.pcap")]) == 1
+    assert dissect.main([str(tmp_path / "missing.pcap")]) == 2
     assert "forgive-dissect:" in capsys.readouterr().err
+
+
+def _capture(tmp_path, snaplen=65535):
+    """Two FORGIVE DATA frames (158 bytes) around a DNS one (45), each record cut to `snaplen`
+    as tcpdump -s cuts them."""
+    frames = [bytes(frame(data(seq=0))), bytes(Ether() / IP() / UDP(dport=53) / b"dns")]
+    frames.append(bytes(frame(data(seq=100))))
+    out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1)
+    for i, raw in enumerate(frames):
+        out += struct.pack("<IIII", 1000 + i, 0, min(len(raw), snaplen), len(raw))
+        out += raw[:snaplen]
+    pcap = tmp_path / "cap.pcap"
+    pcap.write_bytes(out)
+    return pcap
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty, not a capture"),
+        (b"\xd4\xc3\xb2\xa1\x02\x00\x04\x00\x00\x00", "10 bytes, shorter than a pcap file header"),
+        (bytes(range(7, 71)), "not a pcap capture (starts 0708090a)"),
+        (b"\x0a\x0d\x0d\x0a" + bytes(60), "not a readable pcapng capture"),
+    ],
+)
+def test_dissect_refuses_a_file_that_is_not_a_capture_in_one_line(
+    tmp_path, capsys, content, message
+):
+    path = tmp_path / "bad.pcap"
+    path.write_bytes(content)
+    assert dissect.main([str(path)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and message in out.err and len(out.err.strip().splitlines()) == 1, out.err
+
+
+def test_dissect_says_where_a_capture_cut_inside_a_record_ends(tmp_path, capsys):
+    whole = _capture(tmp_path).read_bytes()
+    for cut, where in [
+        (len(whole) - 10, "ends inside record 2"),
+        (24 + 16 + 158 + 5, "ends inside the header of record 1"),
+    ]:
+        path = tmp_path / "cut.pcap"
+        path.write_bytes(whole[:cut])
+        assert dissect.main([str(path)]) == 2
+        out = capsys.readouterr()
+        assert where in out.err and len(out.err.strip().splitlines()) == 1, out.err
+        assert len(out.out.splitlines()) == 1  # the packet before the cut is shown
+
+
+def test_dissect_counts_packets_the_snap_length_cut(tmp_path, capsys):
+    assert dissect.main([str(_capture(tmp_path, snaplen=50))]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert "2 packets cut by the capture's snap length of 50 bytes before the end" in out.err
+    assert len(out.err.strip().splitlines()) == 1
+    assert dissect.main([str(_capture(tmp_path, snaplen=80))]) == 0  # headers whole, payload cut
+    out = capsys.readouterr()
+    assert len(out.out.splitlines()) == 2 and "payload=22" in out.out
+    assert "2 packets cut by the capture's snap length of 80 bytes" in out.err

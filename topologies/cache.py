@@ -22,6 +22,7 @@ from typing import Any
 
 from topologies.results import RunResult
 from topologies.runner import RunConfig
+from topologies.typed import RecordError
 
 CACHE_VERSION = 2
 """Raise it when what a run records changes, so that older runs are not taken for new ones."""
@@ -60,7 +61,10 @@ class RunCache:
             return None
         if stored != json.loads(json.dumps(config_doc(config))):
             return None  # a hash collision, or a folder edited by hand
-        return RunResult.from_json(doc)
+        try:
+            return RunResult.from_json(doc, str(folder / RESULT))
+        except RecordError:
+            return None  # written by another version, or damaged: run it again
 
     def put(self, config: RunConfig, result: RunResult) -> None:
         folder = self.folder(config)

@@ -27,7 +27,7 @@ from topologies.cache import RunCache, link_runs, run_cached
 from topologies.fabric import PRESETS, FabricError, FabricSpec
 from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock
 from topologies.options import add_regime_options, fabric_from, tp_phase, with_regime
-from topologies.report import write_results
+from topologies.report import FolderError, writable_folder, write_results
 from topologies.runner import ENGINES, JOBS, RunConfig, RunError, require_root, say
 from topologies.sweep import run_all, run_one
 
@@ -257,10 +257,16 @@ def main(argv: list[str] | None = None) -> int:
             raise RunError(f"--workers must be >= 1, got {workers}")
         if (workers > 1 or dask) and args.engine != "sim":
             raise RunError("--workers and --dask need --engine sim (emulations share one host)")
-    except (FabricError, RunError) as err:
+        out = writable_folder(
+            args.out
+            or Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{configs[0].fabric.name}",
+            "--out" if args.out else "results folder",
+        )
+        if getattr(args, "cache", None) is not None:
+            writable_folder(args.cache, "--cache")
+    except (FabricError, RunError, FolderError) as err:
         print(f"forgive: {err}", file=sys.stderr)
         return 2
-    out = args.out or Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{configs[0].fabric.name}"
     print(_describe(configs[0]), file=sys.stderr)
     try:
         if getattr(args, "cache", None) is not None:
@@ -277,7 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("forgive: interrupted; network torn down", file=sys.stderr)
         return 130
-    table = write_results(out, runs, order=policies)
+    try:
+        table = write_results(out, runs, order=policies)
+    except OSError as err:
+        print(f"forgive: writing the results to {out}: {err.strerror or err}", file=sys.stderr)
+        return 1
     print(table)
     print(f"\nresults: {out} (runs.json, summary.json, table.txt, *.png)", file=sys.stderr)
     return 0

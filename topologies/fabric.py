@@ -55,6 +55,10 @@ from controller.trimming import Trimming
 from host_agent.wire import PACKET_BYTES
 from switch_model.surface import PMAX_ONE, Thresholds
 from topologies.scaling import Scaling, ScalingError
+from workload.plan import MAX_RANKS
+
+MAX_FILE_BYTES = 1 << 20
+"""A fabric file is a few lines; one this long is read no further than this."""
 
 
 class FabricError(ValueError):
@@ -142,6 +146,12 @@ def _check(spec: FabricSpec) -> FabricSpec:
         raise FabricError("a fabric needs at least two hosts")
     if spec.leaves > 250 or spec.hosts_per_leaf > 250 or spec.spines > 250:
         raise FabricError("at most 250 leaves, spines and hosts per leaf")
+    if spec.host_count > MAX_RANKS:
+        # before any plan: one of 62,500 hosts took 330 MB and 15 s to be refused by the run
+        raise FabricError(
+            f"{spec.leaves} leaves of {spec.hosts_per_leaf} hosts make {spec.host_count} hosts; "
+            f"every host runs a training rank, and a job has at most {MAX_RANKS}"
+        )
     for key in ("host_link_gbps", "spine_link_gbps"):
         gbps = getattr(spec, key)
         if not 0 < gbps <= MAX_RATE_BPS / 1e9:
@@ -300,7 +310,13 @@ def parse(doc: dict[str, Any]) -> FabricSpec:
 def load(path: str | Path) -> FabricSpec:
     """Read and validate a fabric file; every failure is a FabricError naming the file."""
     try:
-        doc = tomllib.loads(Path(path).read_bytes().decode())
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise FabricError(
+                f"fabric file {path}: over {MAX_FILE_BYTES >> 10} KiB, not a fabric file"
+            )
+        doc = tomllib.loads(data.decode())
     except OSError as err:
         raise FabricError(f"fabric file {path}: {err.strerror}") from None
     except UnicodeDecodeError as err:

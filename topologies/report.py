@@ -8,10 +8,30 @@ beyond the records, so that either can be rebuilt from a folder alone.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from topologies.results import RunResult, compare, format_table
+from topologies.typed import RecordError
+
+
+class FolderError(ValueError):
+    """A results folder that cannot be written; the message names it and why."""
+
+
+def writable_folder(folder: Path, what: str = "--out") -> Path:
+    """Make `folder` and write (then remove) a file in it, so that a command finds out that
+    its results cannot be kept before it starts the first run, not after the last."""
+    if folder.exists() and not folder.is_dir():
+        raise FolderError(f"{what} {folder}: exists and is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".forgive-writable-"):
+            pass
+    except OSError as err:
+        raise FolderError(f"{what} {folder}: cannot write there ({err.strerror or err})") from None
+    return folder
 
 
 def write_results(
@@ -31,4 +51,14 @@ def write_results(
 
 
 def read_runs(folder: Path) -> list[RunResult]:
-    return [RunResult.from_json(d) for d in json.loads((folder / "runs.json").read_text())]
+    """The runs of a results folder; RecordError (a ValueError) names what is wrong and where."""
+    path = folder / "runs.json"
+    try:
+        doc = json.loads(path.read_bytes())
+    except RecursionError:
+        raise RecordError(f"{path}: nested too deep to be a results file") from None
+    except ValueError as err:  # not JSON, or not UTF-8
+        raise RecordError(f"{path}: not JSON ({err})") from None
+    if not isinstance(doc, list):
+        raise RecordError(f"{path}: expected a list of runs, got {type(doc).__name__}")
+    return [RunResult.from_json(d, f"{path}: run {i + 1}") for i, d in enumerate(doc)]

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from topologies.typed import from_doc
+
 BASELINE = "tight"
 
 
@@ -133,10 +135,9 @@ class RunResult:
         return {**asdict(self), "metrics": self.metrics()}
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> RunResult:
-        fields_ = {k: v for k, v in doc.items() if k != "metrics"}
-        fields_["steps"] = [StepResult(**s) for s in doc["steps"]]
-        return cls(**fields_)
+    def from_json(cls, doc: Any, where: str = "run") -> RunResult:
+        """The record `to_json` wrote, every field checked (topologies.typed.RecordError)."""
+        return from_doc(cls, doc, where, ignore=frozenset({"metrics"}))
 
 
 def _median_ms(values: Sequence[float]) -> float | None:

@@ -35,7 +35,7 @@ from switch_model.surface import PortCounters
 from topologies.collect import collect, read_jsonl
 from topologies.fabric import FabricSpec, Host, Plan, plan
 from topologies.leftovers import clear_leftovers, fabric_lock
-from topologies.processes import stop_process
+from topologies.processes import is_stopped, stop_process
 from topologies.results import RunResult
 from topologies.scaling import FRAME_BYTES
 from workload.plan import TrainingConfig
@@ -431,18 +431,30 @@ class FabricRun:
             yield
         except (SwitchUnreachable, WriteFailed, ShapingFailed, ConfigError) as err:
             self._check_switches()
+            self._check_stalled(doing)
             raise RunError(f"{doing}: {err}") from None
         except grpc.RpcError as err:
             self._check_switches()
+            self._check_stalled(doing)
             raise RunError(f"{doing}: P4Runtime {err.code().name}: {err.details()}") from None
+
+    def _check_stalled(self, doing: str) -> None:
+        """Raise RunError naming the first switch whose process is stopped (SIGSTOP): alive,
+        so `_check_switches` passes it, but it answers nothing."""
+        for switch in self.net.switches:
+            if switch.process is not None and is_stopped(switch.process.pid):
+                raise RunError(
+                    f"{doing}: switch {switch.name} ({switch.target}) is stopped (SIGSTOP or a "
+                    f"debugger; pid {switch.process.pid}) and answers nothing"
+                )
 
     def _totals(self) -> dict[str, dict[str, int]]:
         """Per switch, its counters summed over its ports."""
-        with self._failures("reading the switches' counters"):
-            return {
-                name: asdict(sum(self.controller.counters(name).values(), PortCounters()))
-                for name in self.plan.switches
-            }
+        totals = {}
+        for name in self.plan.switches:
+            with self._failures(f"reading switch {name}'s counters"):
+                totals[name] = asdict(sum(self.controller.counters(name).values(), PortCounters()))
+        return totals
 
 
 def run_once(config: RunConfig, out_dir: Path, label: str = "") -> RunResult:
