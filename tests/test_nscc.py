@@ -117,11 +117,11 @@ def ref_quick_adapt(s: dict, is_loss: bool, skip: bool, delay: float, inflight, 
     return done
 
 
-def ref_ack(s: dict, newly: int, rtt, skip: bool, inflight: int, now: float) -> None:
+def ref_ack(s: dict, newly: int, rtt, skip: bool, inflight: int, now: float, full: bool) -> None:
     s["achieved"] += newly
     s["received"] += newly
     s["ignored"] += newly
-    if rtt is not None:
+    if rtt is not None and full:  # the base is a full-size packet's round trip
         ref_base(s, rtt)
     if rtt is not None and rtt >= s["base"]:
         ref_update_delay(s, rtt - s["base"], skip)
@@ -180,7 +180,8 @@ def ref_nack(s: dict, nbytes: int, rtt, inflight: int, now: float) -> None:
 
 def script(scale: float, seed: int, n: int = 3000):
     """ACKs and NACKs of one flow: round trips from the base to many targets of queueing,
-    marks more likely the longer the queue, now and then a NACK."""
+    marks more likely the longer the queue, now and then a NACK, and now and then the ACK
+    of a short segment, whose round trip is shorter than the base."""
     rng = random.Random(seed)
     rtt0 = NETWORK_RTT * scale
     t, out = 1e-9, []
@@ -193,9 +194,11 @@ def script(scale: float, seed: int, n: int = 3000):
             out.append(("nack", MSS, rtt, inflight, t))
         else:
             marked = rng.random() < min(1.0, queue / (2 * rtt0))
-            out.append(
-                ("ack", rng.choice([MSS, 2 * MSS, 8 * MSS, 32 * MSS]), rtt, marked, inflight, t)
-            )
+            full = rng.random() < 0.9
+            if not full and rtt is not None:
+                rtt *= 0.5
+            newly = rng.choice([MSS, 2 * MSS, 8 * MSS, 32 * MSS])
+            out.append(("ack", newly, rtt, marked, inflight, t, full))
     return out
 
 
@@ -209,9 +212,9 @@ def test_window_follows_the_reference_equations(line, scale, seed):
     reactions = set()
     for event in script(scale, seed):
         if event[0] == "ack":
-            _, newly, rtt, marked, inflight, t = event
-            window.on_ack(newly, rtt, marked, inflight, t)
-            ref_ack(ref, newly, rtt, marked, inflight, t)
+            _, newly, rtt, marked, inflight, t, full = event
+            window.on_ack(newly, rtt, marked, inflight, t, full=full)
+            ref_ack(ref, newly, rtt, marked, inflight, t, full)
         else:
             _, nbytes, rtt, inflight, t = event
             window.on_nack(nbytes, rtt, inflight, t)

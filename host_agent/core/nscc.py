@@ -264,9 +264,9 @@ class NsccWindow:
     # -- measurements ----------------------------------------------------------------------
 
     def _sample_base(self, rtt: float) -> None:
-        """The shortest round trip is the base. The first sample replaces the configured
-        guess even when longer: the emulation's packets are not scaled, so its shortest
-        round trip can exceed the scaled network's."""
+        """The shortest round trip of a full-size packet is the base. The first sample
+        replaces the configured guess even when longer: the emulation's packets are not
+        scaled, so its shortest round trip can exceed the scaled network's."""
         if not self._measured or rtt < self.base_rtt:
             self._measured = True
             self.base_rtt = rtt
@@ -291,14 +291,16 @@ class NsccWindow:
         now: float,
         *,
         react: bool = True,
+        full: bool = True,
     ) -> None:
         """One ACK: `newly_acked` bytes, the round trip of the segment it answers (None when
         that is ambiguous), its ECN echo. `react` False (an exempt flow) keeps measuring but
-        takes the ACK as unmarked with no queueing delay."""
+        takes the ACK as unmarked with no queueing delay. `full` False: the segment was
+        shorter than a packet, so its round trip says nothing of the base."""
         self._achieved += newly_acked
         self._received += newly_acked
         self._bytes_ignored += newly_acked
-        if rtt is not None:
+        if rtt is not None and full:
             self._sample_base(rtt)
         if rtt is not None and rtt >= self.base_rtt:
             delay = rtt - self.base_rtt
@@ -323,9 +325,10 @@ class NsccWindow:
             self._bound()
 
     def on_nack(self, nbytes: int, rtt: float | None, in_flight: int, now: float) -> None:
-        """A trimmed packet came back as a NACK: loss. The delay EWMA takes one network
-        round trip of queueing (the trim threshold's estimate), quick adapt is armed, and
-        unless it fires now the window loses the bytes trimmed."""
+        """A trimmed packet came back as a NACK: loss. `rtt`, that of a full-size packet sent
+        once (else None), may lower the base. The delay EWMA takes one network round trip
+        of queueing (the trim threshold's estimate), quick adapt is armed, and unless it
+        fires now the window loses the bytes trimmed."""
         if rtt is not None:
             self._sample_base(rtt)
         self._bytes_ignored += nbytes

@@ -57,6 +57,9 @@ class PathTiming:
     srtt: float | None = None
     rttvar: float = 0.0
     rtt_min: float | None = None
+    full_rtt_min: float | None = None
+    """The shortest round trip of a full-size segment: NSCC's base round trip. A short
+    segment's is shorter by serialisation, which on the scaled fabric is most of a round trip."""
 
 
 @dataclass
@@ -282,7 +285,7 @@ class ForgiveSender:
             path = self._paths[peer] = PathTiming(self.rto)
         if isinstance(self.params, NsccParams):
             rate: DcqcnRate | NicDcqcnRate | LineRate | NsccWindow = NsccWindow(
-                self.params, now, path.rtt_min
+                self.params, now, path.full_rtt_min
             )
         elif self.qp_state and qp is not None:
             rate = self._qps.get(qp)  # type: ignore[assignment]
@@ -625,7 +628,14 @@ class ForgiveSender:
             flow.inflight.pop(seg_lo, None)
         if self._windowed and not flow.stopped:
             window: NsccWindow = flow.rate  # type: ignore[assignment]
-            window.on_ack(fresh, rtt, marked, flow.in_flight(), now, react=flow.cc_mode == OBEYING)
+            full = length == PACKET_BYTES
+            if full and rtt is not None:
+                path = flow.path
+                path.full_rtt_min = (
+                    rtt if path.full_rtt_min is None else min(path.full_rtt_min, rtt)
+                )
+            react = flow.cc_mode == OBEYING
+            window.on_ack(fresh, rtt, marked, flow.in_flight(), now, react=react, full=full)
             self._unblock(flow, now)
         if flow.window_per_bps and not flow.scheduled:
             self._schedule(flow, now)  # the window may have opened
@@ -647,8 +657,8 @@ class ForgiveSender:
         segment = flow.inflight.get(lo)
         if flow.cc_mode == OBEYING:
             if self._windowed:
-                sent_once = segment is not None and segment[0] == hi and not segment[2]
-                rtt = now - segment[1] if sent_once else None  # type: ignore[index]
+                full = segment is not None and segment[0] == hi == lo + PACKET_BYTES
+                rtt = now - segment[1] if full and not segment[2] else None  # type: ignore[index]
                 nacked = max(0, hi - lo)  # out of flight from now: it waits to be resent
                 window: NsccWindow = flow.rate  # type: ignore[assignment]
                 window.on_nack(nacked, rtt, max(0, flow.in_flight() - nacked), now)
