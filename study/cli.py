@@ -24,7 +24,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from host_agent.core import CONTROLS, PROFILES
@@ -34,7 +34,13 @@ from study.runs import Setup, by_variant, plan
 from study.variants import BY_NAME, NSCC_VARIANTS, VARIANTS, Variant
 from topologies.cache import RunCache, run_cached
 from topologies.fabric import FabricError
-from topologies.options import add_regime_options, fabric_from, tp_phase, with_regime
+from topologies.options import (
+    add_regime_options,
+    dcqcn_profile,
+    fabric_from,
+    tp_phase,
+    with_regime,
+)
 from topologies.report import FolderError, writable_folder
 from topologies.runner import ENGINES, JOBS, RunConfig, RunError, say
 from topologies.sweep import run_one
@@ -96,7 +102,9 @@ def _shared_options(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--out", type=Path, help=f"output folder (default results/study-{name}-<time>)")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="run cache (results/runs)")
     p.add_argument("--fresh", action="store_true", help="rerun the runs the cache has too")
-    p.add_argument("--dcqcn", default="paper", help=f"DCQCN profile: {' or '.join(PROFILES)}")
+    p.add_argument(
+        "--dcqcn", help=f"DCQCN profile: {' or '.join(PROFILES)} (default paper, or --profile's)"
+    )
     p.add_argument("--workers", type=int, default=1, help="runs in parallel processes (sim)")
     p.add_argument(
         "--dask",
@@ -217,7 +225,7 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
         seeds=seeds,
         baseline_seeds=baseline,
         switch=args.switch,
-        dcqcn=args.dcqcn,
+        dcqcn=dcqcn_profile(args),
         timeout_s=args.timeout,
         engine=args.engine,
     )
@@ -408,6 +416,10 @@ def main(args: argparse.Namespace) -> int:
         **({} if name == "calibrate" else {"nonblocking_fabric": setup.nonblocking.name}),
         "byte_scale": setup.worst.scaling.byte_scale,
         "steps": setup.workload.steps,
+        "profile": getattr(args, "profile", None),
+        "nic": asdict(setup.worst.nic),
+        "tp_phase": setup.workload.tp_phase,
+        "data_queue_bytes": setup.worst.switch.data_queue_bytes,
         "dcqcn": setup.dcqcn,
         **({"cc": sorted({v.cc for v in variants})} if name == "note" else {}),
         "seeds": list(setup.seeds),

@@ -173,3 +173,20 @@ def test_command_line_options_override_the_fabric_and_name_themselves_when_bad()
         with pytest.raises(FabricError) as err:
             with_regime(preset("2to1"), _args(**given))
         assert str(err.value) == message
+
+
+def test_the_astra_profile_names_its_options_and_an_option_beside_it_wins():
+    from topologies.options import dcqcn_profile
+
+    args = argparse.Namespace(**{**vars(_args()), "profile": "astra", "dcqcn": None})
+    spec = with_regime(FULL, args)
+    assert (spec.nic.window, spec.nic.dcqcn_state, spec.nic.payload_bytes) == (
+        "bdp", "message", 4096,
+    )  # fmt: skip
+    assert dcqcn_profile(args) == "nic"
+    args.dcqcn, args.window = "paper", "none"
+    assert dcqcn_profile(args) == "paper" and with_regime(FULL, args).nic.window == "none"
+    assert dcqcn_profile(argparse.Namespace(profile=None, dcqcn=None)) == "paper"
+    args.profile = "ns3"
+    with pytest.raises(FabricError, match=r"^--profile must be one of astra, got 'ns3'$"):
+        with_regime(FULL, args)

@@ -26,7 +26,13 @@ from study import cli as study_cli
 from topologies.cache import RunCache, link_runs, run_cached
 from topologies.fabric import PRESETS, FabricError, FabricSpec
 from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock
-from topologies.options import add_regime_options, fabric_from, tp_phase, with_regime
+from topologies.options import (
+    add_regime_options,
+    dcqcn_profile,
+    fabric_from,
+    tp_phase,
+    with_regime,
+)
 from topologies.report import FolderError, writable_folder, write_results
 from topologies.runner import ENGINES, JOBS, RunConfig, RunError, require_root, say
 from topologies.sweep import run_all, run_one
@@ -102,7 +108,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--detector", default=defaults.detector, help="static or accordion")
     parser.add_argument(
         "--dcqcn",
-        default="paper",
         help=f"DCQCN profile of every host: {' or '.join(PROFILES)} (default paper; docs/dcqcn.md)",
     )
     parser.add_argument(
@@ -169,7 +174,7 @@ def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
             args.timeout,
             args.placement,
             engine=args.engine,
-            dcqcn=args.dcqcn,
+            dcqcn=dcqcn_profile(args),
             cc=args.cc,
         )
         for policy in policies
