@@ -32,6 +32,7 @@ VARIANTS: tuple[Variant, ...] = (
 )
 """Plain DCQCN (no loss tolerance) with congestion control off and on, and the note's tight
 baseline with it on; "on" is the study's --dcqcn profile."""
+BY_NAME = {v.name: v for v in VARIANTS}
 
 INTRO = "The FORGIVE protocol ¶1"
 SELECTIVE = "Selective repeat removes the loss-recovery saving ¶3"

@@ -86,6 +86,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=calibrate.__doc__,
     )
     _shared_options(c, "calibrate")
+    c.add_argument(
+        "--variants",
+        help="only these variants, comma-separated (default all: "
+        f"{', '.join(v.name for v in calibrate.VARIANTS)})",
+    )
     _register_regime(which)
 
 
@@ -205,7 +210,7 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
         raise RunError(f"--cc must be one of {', '.join(CONTROLS)}, got {cc!r}")
     variants = calibrate.VARIANTS if calibrating else VARIANTS + NSCC_VARIANTS
     names = [x.name for x in variants if x.cc == "dcqcn"]
-    if not calibrating and args.variants is not None:
+    if args.variants is not None:
         names = [n for n in args.variants.split(",") if n]
     unknown = [n for n in names if n not in {x.name for x in variants}]
     if unknown or not names:
@@ -433,7 +438,7 @@ def main(args: argparse.Namespace) -> int:
     }
     try:
         if name == "calibrate":
-            tight = next(c for v, c in planned if v.name == calibrate.TIGHT)
+            tight = setup.config(calibrate.BY_NAME[calibrate.TIGHT], setup.seeds[0])
             verdicts = judge(calibrate.claims(tight), runs)
             held, lines = calibrate.rows_held(verdicts)
             meta["calibration_rows_held"] = held

@@ -78,3 +78,16 @@ def _tight_config() -> RunConfig:
     """The tight run's configuration, for its line-rate bound."""
     fabric = sim_scaling(preset("2to1"), byte_scale=128)
     return RunConfig(fabric, policy="tight", workload=JOBS["default"], engine="sim")
+
+
+def test_variants_narrow_the_calibration_and_rows_without_runs_read_as_unmeasured(
+    calibrated, capsys
+):
+    root, _ = calibrated
+    args = [*ARGS, "--variants", "cc-off,dcqcn", "--cache", str(root / "cache"),
+            "--out", str(root / "two")]  # fmt: skip
+    assert main(args) == 0
+    assert "3 runs" not in capsys.readouterr().err  # two, both from the cache
+    doc = json.loads((root / "two" / "study.json").read_text())
+    claims = {c["key"]: c for c in doc["claims"]}
+    assert claims["slack"]["values"] == {} and claims["cc.retx"]["values"]["1"] is not None
