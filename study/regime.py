@@ -28,6 +28,7 @@ from topologies.fabric import (
     FabricSpec,
     with_data_queue,
 )
+from topologies.options import REGIME_PROFILES
 from topologies.results import RunResult, render_table
 from topologies.runner import RunConfig, RunError
 from workload.plan import TP_PHASES
@@ -76,6 +77,12 @@ def with_fabric(config: RunConfig, name: str) -> RunConfig:
     return replace(config, fabric=replace(spec, scaling=config.fabric.scaling))
 
 
+def with_profile(config: RunConfig, name: str) -> RunConfig:
+    """A named set of regime options (topologies.options.REGIME_PROFILES)."""
+    settings = dict(REGIME_PROFILES[name])
+    return with_nic(replace(config, dcqcn=settings.pop("dcqcn")), **settings)
+
+
 AXES: dict[str, Callable[[RunConfig, Any], RunConfig]] = {
     "step/buffer": with_step_over_buffer,
     "dcqcn": lambda config, profile: replace(config, dcqcn=profile),
@@ -83,6 +90,7 @@ AXES: dict[str, Callable[[RunConfig, Any], RunConfig]] = {
     "window": lambda config, window: with_nic(config, window=window),
     "dcqcn-state": lambda config, state: with_nic(config, dcqcn_state=state),
     "tp": lambda config, phase: replace(config, workload=replace(config.workload, tp_phase=phase)),
+    "profile": with_profile,
 }
 """What each axis changes in a run's configuration."""
 
@@ -113,6 +121,7 @@ DEFAULT_GRID: tuple[Cell, ...] = (
     Cell("window", "bdp"),
     Cell("dcqcn-state", "qp"),
     Cell("tp", "overlap"),
+    *(Cell("profile", name) for name in REGIME_PROFILES),
 )
 """The base point (the note's 4:1 fabric, paper profile, no window, DCQCN state per message,
 tensor-parallel traffic in its own phase, a ring step about its 4 MiB queue) and one change
@@ -123,6 +132,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "window": WINDOWS,
     "dcqcn-state": DCQCN_STATES,
     "tp": TP_PHASES,
+    "profile": tuple(REGIME_PROFILES),
 }
 """The values each named axis takes (the ring step's is any ratio)."""
 

@@ -81,3 +81,10 @@ def test_the_default_grid_leaves_out_what_the_byte_scale_cannot_hold():
     assert "under 4 frames" in left_out[0]
     with pytest.raises(FabricError, match="cell step/buffer=8: data_queue_bytes"):
         regime.plan(regime.parse_cells("base,step/buffer=8"), base, [1])
+
+
+def test_the_astra_profile_cell_sets_its_dcqcn_and_nic_options():
+    base = RunConfig(fabric_from("note-4to1", "sim", None, 32), workload=JOBS["note"])
+    astra = regime.Cell("profile", "astra").config(base, "tight", 1)
+    assert astra.dcqcn == "nic" and astra.fabric.nic.window == "bdp"
+    assert astra.fabric.nic.dcqcn_state == "message" and base.fabric.nic.window == "none"
