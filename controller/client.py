@@ -155,6 +155,12 @@ class SwitchClient:
                 "stop that controller before writing"
             )
 
+    @property
+    def stream_ended(self) -> bool:
+        """A writer's arbitration stream has ended: the switch restarted or went away (its
+        primary must arbitrate again, and a restarted switch holds nothing)."""
+        return self.primary and self._lost.is_set()
+
     def close(self) -> None:
         """End the stream (waiting for the switch to drop it, so the election id is free for
         the next connection) and the channel; safe to call twice."""

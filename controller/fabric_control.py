@@ -175,6 +175,18 @@ class FabricController:
             updates.append(update)
         return updates
 
+    def recover(self) -> dict[str, ApplyReport]:
+        """Every switch whose P4Runtime stream has ended (it restarted, or went away and came
+        back) reconnected and given the pipeline and every entry again, as `apply` gives a
+        fresh switch; the others are left alone. Raises SwitchUnreachable for one that does
+        not answer."""
+        lost = [name for name, client in sorted(self.clients.items()) if client.stream_ended]
+        reports = {}
+        for name in lost:
+            self.clients[name].connect()
+            reports[name] = self.apply_switch(name)
+        return reports
+
     def apply(self) -> dict[str, ApplyReport]:
         self.connect()
         return {name: self.apply_switch(name) for name in sorted(self.fabric.switches)}

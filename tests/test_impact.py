@@ -321,6 +321,20 @@ def test_a_run_whose_every_step_is_critical_replays_without_the_recorded_drift(t
     assert "every step of the run is critical" in (tmp_path / "impact" / "table.txt").read_text()
 
 
+TINY_ARGS = [
+    "--hidden",
+    "8",
+    "--batch",
+    "8",
+    "--seeds",
+    "1",
+    "--drift-steps",
+    "6",
+    "--burn-in",
+    "2",
+]
+
+
 def _deep(depth):
     return "[" * depth + "]" * depth
 
@@ -335,6 +349,7 @@ def _deep(depth):
         ("\xff", "not JSON"),
         ("not json", "not JSON"),
     ],
+    ids=["nested-100000-deep", "a-number", "an-empty-object", "not-a-list", "not-utf8", "not-json"],
 )
 def test_the_cli_refuses_a_malformed_runs_json_in_one_line(tmp_path, capsys, text, message):
     (tmp_path / "runs.json").write_text(text, encoding="latin-1")
@@ -359,7 +374,7 @@ def test_the_cli_refuses_a_run_whose_figures_are_not_what_they_claim(
 ):
     doc = {**run_result(1, small_record()).to_json(), **change}
     (tmp_path / "runs.json").write_text(json.dumps([doc]))
-    assert cli.main(["impact", str(tmp_path)]) == 2
+    assert cli.main(["impact", str(tmp_path), *TINY_ARGS]) == 2  # tiny: were it trained on
     err = capsys.readouterr().err
     assert message in err and "run 1" in err and len(err.strip().splitlines()) == 1, err
 
@@ -368,5 +383,5 @@ def test_a_step_of_the_wrong_shape_is_named_by_its_place(tmp_path, capsys):
     doc = run_result(1, small_record()).to_json()
     doc["steps"][2]["allreduce_s"] = [1.0, "x"]
     (tmp_path / "runs.json").write_text(json.dumps([doc]))
-    assert cli.main(["impact", str(tmp_path)]) == 2
+    assert cli.main(["impact", str(tmp_path), *TINY_ARGS]) == 2
     assert "run 1.steps[2].allreduce_s[1]: expected a number" in capsys.readouterr().err

@@ -36,6 +36,8 @@ def config_doc(config: RunConfig) -> dict[str, Any]:
     doc.pop("timeout_s")
     if doc["cc"] == "dcqcn":
         doc.pop("cc")  # DCQCN runs keep the keys they had before NSCC existed
+    if not doc["switch_restarts"]:
+        doc.pop("switch_restarts")  # nor do runs that restart no switch change theirs
     return {"cache_version": CACHE_VERSION, **doc}
 
 

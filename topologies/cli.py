@@ -133,6 +133,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="divide every byte quantity by this (default 64)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="per run, s")
+    parser.add_argument(
+        "--switch-restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start an exited switch again, up to N times per run, and carry on (default 0: "
+        "a switch that exits ends the run)",
+    )
     parser.add_argument("--out", type=Path, help="results folder")
     add_regime_options(parser)
 
@@ -176,6 +184,7 @@ def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
             engine=args.engine,
             dcqcn=dcqcn_profile(args),
             cc=args.cc,
+            switch_restarts=args.switch_restarts,
         )
         for policy in policies
         for seed in seeds

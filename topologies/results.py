@@ -91,6 +91,10 @@ class RunResult:
     """Rate cuts the senders' reaction points took (summed over the flows sent)."""
     mark_cuts: int = 0
     """Of those, the cuts that answered an ECN mark rather than a trim alone."""
+    switch_restarts: list[dict[str, Any]] = field(default_factory=list)
+    """Each switch the run started again (RunConfig.switch_restarts): its name, how its
+    process ended, when the run noticed, and `lost_s`, the interval until the controller had
+    configured it again (the outage, less up to one sampling interval before it was seen)."""
     companion: dict[str, Any] | None = None
     """A second training job that shared the fabric (RunConfig.companion): its own RunResult
     as JSON, collected from its hosts' records; the switch counters are the fabric's."""

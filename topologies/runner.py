@@ -104,6 +104,12 @@ class RunConfig:
     companion: str | None = None
     """The policy of a second job of the same shape on the other half of the hosts, or None:
     the first job takes the first half of the ranks' hosts, the second the rest."""
+    switch_restarts: int = 0
+    """How many times a run starts again a switch whose process exited (emulation only).
+    0: a switch that exits ends the run, in one line naming it. Above 0: the switch is
+    started again on its interfaces, the controller sees its stream end and gives it the
+    pipeline and every entry again, the flows recover by retransmission, and each outage is
+    counted in the result (RunResult.switch_restarts)."""
 
     def validate(self) -> None:
         """Refuse a bad configuration before anything is started (one-line RunError)."""
@@ -121,6 +127,12 @@ class RunConfig:
             raise RunError(f"--dcqcn must be one of {', '.join(PROFILES)}, got {self.dcqcn!r}")
         if self.cc not in CONTROLS:
             raise RunError(f"--cc must be one of {', '.join(CONTROLS)}, got {self.cc!r}")
+        if self.switch_restarts < 0:
+            raise RunError(f"--switch-restarts must be >= 0, got {self.switch_restarts}")
+        if self.switch_restarts and self.engine != "mininet":
+            raise RunError(
+                "--switch-restarts needs --engine mininet (the simulator has no processes)"
+            )
         if self.companion is not None and self.fabric.host_count < 4:
             raise RunError("a second job needs a fabric of at least 4 hosts (2 per job)")
         try:
@@ -294,6 +306,9 @@ class FabricRun:
         self.trainers: dict[str, subprocess.Popen] = {}
         self.timeline: list[dict[str, Any]] = []
         self.counters: dict[str, dict[str, int]] = {}
+        self.restarts: list[dict[str, Any]] = []
+        self._last_totals: dict[str, dict[str, int]] = {}
+        self._earlier_lives: dict[str, dict[str, int]] = {}
         self._stack = ExitStack()
 
     def __enter__(self) -> FabricRun:
@@ -374,7 +389,7 @@ class FabricRun:
             codes = [p.poll() for p in self.trainers.values()]
             if all(code is not None for code in codes):
                 break
-            self._check_switches()
+            self._supervise(started)
             if any(codes):
                 break  # the other ranks would only wait for it until their timeout
             if time.monotonic() > deadline:
@@ -403,11 +418,53 @@ class FabricRun:
 
     def result(self) -> RunResult:
         """What the run measured, from the records it left (after `run`)."""
-        return collect_jobs(
+        result = collect_jobs(
             self.config, self.jobs, self.train_files, self.stats_files, self.counters, self.timeline
         )
+        result.switch_restarts = self.restarts
+        return result
 
     # -- watching the switches -------------------------------------------------------
+
+    def _supervise(self, started: float) -> None:
+        """Start again, while the run's allowance lasts, each switch whose process exited,
+        and have the controller, which sees its stream end, configure it again; otherwise
+        end the run naming it (`_check_switches`)."""
+        for switch in self.net.switches:
+            if switch.process is None or switch.process.poll() is None:
+                continue
+            if len(self.restarts) >= self.config.switch_restarts:
+                self._check_switches()
+            noticed = time.monotonic()
+            code = switch.process.returncode
+            self._earlier_lives[switch.name] = self._last_totals.get(switch.name, {})
+            try:
+                switch.start([])
+            except RuntimeError as err:
+                raise RunError(
+                    f"switch {switch.name} exited and did not start again: {err}"
+                ) from None
+            with self._failures(f"configuring switch {switch.name} again"):
+                reports = self.controller.recover()
+            if switch.name not in reports:
+                raise RunError(
+                    f"switch {switch.name} was started again, but its P4Runtime stream had not "
+                    "ended: the controller did not see the restart"
+                )
+            self.restarts.append(
+                {
+                    "switch": switch.name,
+                    "exit": _status(code),
+                    "noticed_s": noticed - started,
+                    "lost_s": time.monotonic() - noticed,
+                    "entries": reports[switch.name].inserted,
+                }
+            )
+            say(
+                f"forgive: switch {switch.name} exited with {_status(code)}; started again and "
+                f"configured ({reports[switch.name].inserted} entries) in "
+                f"{self.restarts[-1]['lost_s']:.1f} s"
+            )
 
     def _check_switches(self) -> None:
         """Raise RunError naming the first switch whose process has ended."""
@@ -449,11 +506,16 @@ class FabricRun:
                 )
 
     def _totals(self) -> dict[str, dict[str, int]]:
-        """Per switch, its counters summed over its ports."""
+        """Per switch, its counters summed over its ports, and over its earlier lives: a
+        restarted switch counts from zero again, so what it had counted at the last sample
+        before it exited is added (what it counted after that sample is lost with it)."""
         totals = {}
         for name in self.plan.switches:
             with self._failures(f"reading switch {name}'s counters"):
-                totals[name] = asdict(sum(self.controller.counters(name).values(), PortCounters()))
+                now = sum(self.controller.counters(name).values(), PortCounters())
+            earlier = self._earlier_lives.get(name, {})
+            totals[name] = {k: v + earlier.get(k, 0) for k, v in asdict(now).items()}
+        self._last_totals = totals
         return totals
 
 

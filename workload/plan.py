@@ -173,6 +173,11 @@ def flow_id(step: int, kind: Kind, src: int, index: int) -> int:
     )
 
 
+def flow_step(flow: int) -> int:
+    """The step a flow id names (steps are below MAX_STEPS, so the id holds it whole)."""
+    return flow >> 20
+
+
 def kind_of(flow: int) -> Kind:
     """The kind of message a flow id names: how a reader of the agents' records tells them apart."""
     return Kind(flow >> 17 & 0b111)

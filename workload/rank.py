@@ -45,7 +45,15 @@ from host_agent.events import (
     record,
 )
 from workload.lossrecord import Layout, entry_from_completion
-from workload.plan import Kind, Message, StepPlan, TrainingConfig, plan_step, synthetic_norms
+from workload.plan import (
+    Kind,
+    Message,
+    StepPlan,
+    TrainingConfig,
+    flow_step,
+    plan_step,
+    synthetic_norms,
+)
 from workload.plan import message_bytes as content_of
 
 LINGER_S = 0.2
@@ -128,6 +136,10 @@ class Rank:
         self.started = 0.0
         self._timers: list[tuple[float, int, Callable[[float], None]]] = []
         self._timer_order = itertools.count()
+        self.bursts: list[Message] = []
+        """Burst messages of forgotten steps: the run's end still waits for them."""
+        self.forgotten_below = 0
+        """Steps below this one are forgotten (`_forget`)."""
 
     # ----- the driver's interface ----------------------------------------------------
 
@@ -146,6 +158,12 @@ class Rank:
     def handle_event(self, event: Event, now: float) -> None:
         if self.finished:
             return
+        if (
+            isinstance(event, RecvDone | SendDone | Shed)
+            and flow_step(event.flow) < self.forgotten_below
+            and event.flow not in self.messages
+        ):
+            return  # a late completion of a forgotten step's flow: nothing waits on it
         if isinstance(event, RecvDone):
             self._check_content(event)
             self._record_loss(event)
@@ -362,17 +380,42 @@ class Rank:
             ),
         )
         self.endpoint.forget_step(step - 1)
+        self._forget(step - 1)
         self.steps_done = step
         if step < self.cfg.steps:
             self._start_step(step + 1, now)
             return
-        tail = [m for s in self.plans.values() for m in s.burst_sends + s.burst_recvs]
+        tail = self.bursts + [m for s in self.plans.values() for m in s.burst_sends + s.burst_recvs]
         needs = [
             *_recvs(m for m in tail if m.dst == self.cfg.rank),
             *_sends(plan.barrier_sends),
             *_sends(m for m in tail if m.src == self.cfg.rank),
         ]
         self._when(needs, self._finish, now)
+
+    def _forget(self, step: int) -> None:
+        """Drop what this rank holds of `step` once the step after it has finished: nothing
+        waits on its flows any more, so a rank's memory stays flat however many steps it
+        runs (the 200-step soak, docs/soak.md). Its bursts, which the run's end waits for,
+        are kept; a late completion of one of its flows (a barrier's sender hearing its
+        last ACK) is ignored (`handle_event`)."""
+        plan = self.plans.pop(step, None)
+        if plan is None:
+            return
+        self.bursts += plan.burst_sends + plan.burst_recvs
+        kept = {m.flow for m in self.bursts}
+        for msgs in (plan.compute_sends, plan.compute_recvs, plan.gradient_sends,
+                     plan.gradient_recvs, plan.barrier_sends, plan.barrier_recvs):  # fmt: skip
+            for msg in msgs:
+                if msg.flow in kept:
+                    continue
+                self.messages.pop(msg.flow, None)
+                self.received.pop(msg.flow, None)
+                self.sent.pop(msg.flow, None)
+                self.settled.difference_update({("recv", msg.flow), ("send", msg.flow)})
+        self.settled.difference_update({("compute", step), ("compute-done", step)})
+        self.critical.pop(step, None)
+        self.forgotten_below = step + 1
 
     def _finish(self, now: float) -> None:
         expected = self.totals["expected"]
