@@ -52,8 +52,7 @@ SOAK_STEPS = int(os.environ.get("FORGIVE_SOAK_STEPS", "50"))
 SOAK_OUT = os.environ.get("FORGIVE_SOAK_OUT")
 
 
-@pytest.mark.soak
-@pytest.mark.netns
+@pytest.mark.soak  # only: `pytest -m netns` must not pick up a 15-minute run
 @pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable()))
 @pytest.mark.parametrize("switch", ["model", "bmv2"])
 def test_a_long_run_holds_memory_descriptors_and_the_loss_bound(switch, tmp_path):
