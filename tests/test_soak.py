@@ -46,6 +46,8 @@ def test_a_flat_run_holds_and_a_leak_or_a_failure_does_not():
     ]
     assert "the run failed (exit status 1)" in judge(trace(), STEPS, None, 1).failures
     assert judge(trace(), STEPS, record(steps=30), 0).failures == [f"30 of {STEPS} steps recorded"]
+    # a run too short for the sampler to see any process proves nothing
+    assert judge(Trace(), STEPS, record(), 0).failures == ["no process was sampled"]
 
 
 SOAK_STEPS = int(os.environ.get("FORGIVE_SOAK_STEPS", "50"))

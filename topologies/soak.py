@@ -175,6 +175,8 @@ def judge(trace: Trace, steps: int, run: dict | None, code: int) -> Verdict:
             fd_growth[name] = min(last) - min(first)
             if fd_growth[name] > FD_GROWTH_BOUND:
                 failures.append(f"{name}: {fd_growth[name]} more descriptors after warm-up")
+    if not trace.rss_kib:
+        failures.append("no process was sampled")
     records = run["steps"] if run else []
     held = bool(records) and all(s["bound_held"] for s in records) and not run["bound_violations"]
     if code != 0:
