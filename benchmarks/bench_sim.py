@@ -166,6 +166,8 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, metavar="DIR", help="an older checkout to race")
     parser.add_argument("--rounds", type=int, default=2, help="pairs of runs for --compare")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.compare is not None:
         compare(args.compare.resolve(), args.rounds)
         return
