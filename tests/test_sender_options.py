@@ -190,3 +190,11 @@ def test_the_astra_profile_names_its_options_and_an_option_beside_it_wins():
     args.profile = "ns3"
     with pytest.raises(FabricError, match=r"^--profile must be one of astra, got 'ns3'$"):
         with_regime(FULL, args)
+
+
+def test_the_bdp_window_is_a_byte_quantity_that_shrinks_with_the_byte_scale():
+    from topologies.simulated import sim_scaling
+
+    scaled = sim_scaling(preset("note-4to1"), byte_scale=128)
+    delay = 1e-6 * scaled.scaling.time_scale  # the simulator's link delay on its clock
+    assert bdp_bytes(plan(scaled), delay) == pytest.approx(bdp_bytes(plan(FULL), 1e-6) / 128)

@@ -627,18 +627,21 @@ def agent_settings(
 
 
 def bdp_bytes(fabric_plan: Plan, link_delay_s: float = 0.0) -> float:
-    """The longest path's bandwidth-delay product at the host rate, as ns-3's third.cc sizes
-    its windows: a round trip of twice the links' propagation delays plus one packet's
-    payload serialised at each hop's rate, times the host's line rate."""
+    """The longest path's bandwidth-delay product, as ns-3's third.cc sizes its windows (a
+    round trip of twice the links' propagation delays plus one packet's payload serialised
+    at each hop's rate, times the host's line rate), worked out at fabric scale and divided
+    by the byte scale like every byte quantity, so that a window keeps its ratio to the
+    queues. `link_delay_s` is a link's delay on the run's clock (stretched by the time
+    scale)."""
     spec, sc = fabric_plan.spec, fabric_plan.spec.scaling
-    host_rate = sc.rate(spec.host_link_gbps * 1e9)
+    host_rate = spec.host_link_gbps * 1e9
     rates = [host_rate, host_rate]
     if spec.spines:
-        uplink = sc.rate(spec.spine_link_gbps * 1e9)
-        rates[1:1] = [uplink, uplink]
+        rates[1:1] = [spec.spine_link_gbps * 1e9] * 2
     payload_bits = spec.nic.payload_bytes * 8
-    rtt = 2 * len(rates) * link_delay_s + sum(payload_bits / r for r in rates)
-    return rtt * host_rate / 8
+    delay = link_delay_s / sc.time_scale
+    rtt = 2 * len(rates) * delay + sum(payload_bits / r for r in rates)
+    return rtt * host_rate / 8 / sc.byte_scale
 
 
 def initial_rto(fabric_plan: Plan, link_delay_s: float = 0.0) -> float:
