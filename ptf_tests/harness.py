@@ -56,7 +56,7 @@ def missing_prerequisite(target: str) -> str | None:
         return reason
     for artifact in TARGETS[target].pipeline():
         if not artifact.exists():
-            return f"{artifact.relative_to(REPO)} missing (run make p4)"
+            return f"{artifact.relative_to(REPO)} missing (make p4, p4-nic or p4-tna builds it)"
     return None
 
 
