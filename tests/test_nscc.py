@@ -10,6 +10,7 @@ with host_agent.core.nscc but the event script.
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -439,3 +440,30 @@ def test_the_emulation_gives_every_trainer_nscc_with_its_timers_stretched(tmp_pa
     assert params.target_delay == pytest.approx(312.5 * 0.75 * NETWORK_RTT)
     assert params.line_rate_bps == scaling.rate(400e9)
     assert endpoint.acks.every == 1
+
+
+def test_training_under_nscc_keeps_the_bound_and_repeats_byte_for_byte():
+    """The training job of test_virtual_fabric with NSCC in every sender: every rank
+    finishes within its loss bound, the windows are recorded, and one seed gives the
+    same records twice."""
+    from topologies.virtual import train
+    from workload.plan import TrainingConfig
+
+    job = TrainingConfig(
+        ranks=("", "", "", ""), rank=0, steps=6, grad_bytes=256 << 10, compute_s=0.5e-3,
+        tp_bytes=32 << 10, pp_bytes=16 << 10, seed=3,
+    )  # fmt: skip
+    host = HostConfig(
+        endpoint=EndpointConfig(
+            policy=parse_policy("forgive"), rto=1e-3, rto_max=0.02, line_rate_bps=10e9, cc="nscc"
+        )
+    )
+    runs = [train(job, star(hosts=4), host) for _ in range(2)]
+    (sim, ranks, outs), (again, _, outs_again) = runs
+    assert all(r.finished and not r.failed for r in ranks)
+    steps = [json.loads(line) for out in outs for line in out.getvalue().splitlines()]
+    assert all(s["bound_held"] for s in steps if s["type"] == "train_step")
+    logs = [log.getvalue() for log in sim.logs]
+    assert any('"window": {"window_bytes"' in log for log in logs)
+    assert [o.getvalue() for o in outs] == [o.getvalue() for o in outs_again]
+    assert logs == [log.getvalue() for log in again.logs]
