@@ -97,6 +97,7 @@ def test_a_stalled_switch_is_named_when_the_run_reads_its_counters(switch, tmp_p
     run.net = SimpleNamespace(switches=[SimpleNamespace(name="s1", target="model", process=proc)])
     run.plan = SimpleNamespace(switches=["s1"])
     run.controller = controller
+    run._last_totals, run._earlier_lives = {}, {}  # what __init__ sets for counting restarts
     try:
         controller.connect(write=False)
         assert set(run._totals()) == {"s1"}
