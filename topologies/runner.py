@@ -394,7 +394,12 @@ class FabricRun:
                 break  # the other ranks would only wait for it until their timeout
             if time.monotonic() > deadline:
                 raise RunError(f"run did not finish within {self.config.timeout_s:.0f} s")
-            totals = self._totals()
+            try:
+                totals = self._totals()
+            except RunError:
+                if not self._restart_due():
+                    raise
+                continue  # a switch died after _supervise looked: start it again first
             trims = sum(t["trims"] for t in totals.values())
             self.timeline.append(
                 {
@@ -465,6 +470,12 @@ class FabricRun:
                 f"configured ({reports[switch.name].inserted} entries) in "
                 f"{self.restarts[-1]['lost_s']:.1f} s"
             )
+
+    def _restart_due(self) -> bool:
+        """A switch's process has exited and the run's restart allowance is not spent."""
+        return len(self.restarts) < self.config.switch_restarts and any(
+            s.process is not None and s.process.poll() is not None for s in self.net.switches
+        )
 
     def _check_switches(self) -> None:
         """Raise RunError naming the first switch whose process has ended."""
