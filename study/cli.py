@@ -24,8 +24,10 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from host_agent.core import CONTROLS, PROFILES
 from study import calibrate, page, regime, report
@@ -42,6 +44,7 @@ from topologies.options import (
     with_regime,
 )
 from topologies.report import FolderError, writable_folder
+from topologies.results import RunResult
 from topologies.runner import ENGINES, JOBS, RunConfig, RunError, say
 from topologies.sweep import run_one
 
@@ -104,18 +107,9 @@ def _shared_options(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument(
         "--seeds", help=f"seeds of every variant (default {','.join(map(str, DEFAULT_SEEDS))})"
     )
-    p.add_argument("--out", type=Path, help=f"output folder (default results/study-{name}-<time>)")
-    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="run cache (results/runs)")
-    p.add_argument("--fresh", action="store_true", help="rerun the runs the cache has too")
+    _run_options(p, name)
     p.add_argument(
         "--dcqcn", help=f"DCQCN profile: {' or '.join(PROFILES)} (default paper, or --profile's)"
-    )
-    p.add_argument("--workers", type=int, default=1, help="runs in parallel processes (sim)")
-    p.add_argument(
-        "--dask",
-        metavar="ADDRESS",
-        help="run on this Dask scheduler's cluster (sim; the cache "
-        "must be on a file system its workers share)",
     )
     p.add_argument("--job", help=f"the training job: {', '.join(JOBS)} (default: the engine's)")
     p.add_argument("--fabric", help="the worst fabric: a preset or a .toml file")
@@ -129,8 +123,22 @@ def _shared_options(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument(
         "--byte-scale", type=float, help="divide every byte quantity by this (default 64)"
     )
-    p.add_argument("--timeout", type=float, default=600.0, help="per run, s")
     add_regime_options(p)
+
+
+def _run_options(p: argparse.ArgumentParser, name: str) -> None:
+    """Where a study's runs go and how they are made: every study command takes these."""
+    p.add_argument("--out", type=Path, help=f"output folder (default results/study-{name}-<time>)")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="run cache (results/runs)")
+    p.add_argument("--fresh", action="store_true", help="rerun the runs the cache has too")
+    p.add_argument("--workers", type=int, default=1, help="runs in parallel processes (sim)")
+    p.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="run on this Dask scheduler's cluster (sim; the cache "
+        "must be on a file system its workers share)",
+    )
+    p.add_argument("--timeout", type=float, default=600.0, help="per run, s")
 
 
 REGIME_BYTE_SCALE = 32.0
@@ -164,17 +172,7 @@ def _register_regime(which: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dcqcn", default="paper", help=f"the base point's profile: {', '.join(PROFILES)}"
     )
-    p.add_argument("--out", type=Path, help="output folder (default results/study-regime-<time>)")
-    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="run cache (results/runs)")
-    p.add_argument("--fresh", action="store_true", help="rerun the runs the cache has too")
-    p.add_argument("--workers", type=int, default=1, help="runs in parallel processes")
-    p.add_argument(
-        "--dask",
-        metavar="ADDRESS",
-        help="run on this Dask scheduler's cluster (the cache "
-        "must be on a file system its workers share)",
-    )
-    p.add_argument("--timeout", type=float, default=600.0, help="per run, s")
+    _run_options(p, "regime")
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -297,23 +295,11 @@ def _folders(args: argparse.Namespace, name: str) -> tuple[RunCache, Path]:
     return RunCache(writable_folder(args.cache, "--cache")), out
 
 
-def main_regime(args: argparse.Namespace) -> int:
-    try:
-        base, cells, seeds, planned, left_out = _regime_setup(args)
-        cache, out = _folders(args, "regime")
-    except (RunError, FabricError, FolderError) as err:
-        print(f"forgive study: {err}", file=sys.stderr)
-        return 2
-    for reason in left_out:
-        say(f"study regime: left out {reason}")
-    present = sum(1 for _, c in planned if cache.get(c) is not None)
-    cached = 0 if args.fresh else present
-    say(
-        f"study regime: {len(cells)} cells x {len(regime.POLICIES)} policies x {len(seeds)} "
-        f"seeds = {len(planned)} runs ({present} in the cache {cache.root}); base "
-        f"{base.fabric.name}, bytes / {base.fabric.scaling.byte_scale:g}, DCQCN {base.dcqcn}, "
-        f"{base.workload.steps} steps"
-    )
+def _run_planned(
+    planned: Sequence[tuple[Any, RunConfig]], cache: RunCache, args: argparse.Namespace
+) -> tuple[list[RunResult], float] | int:
+    """Every planned run through the cache: (results, wall time), or the exit status of a
+    study that failed (1) or was interrupted (130), its one line printed."""
     started = time.monotonic()
     try:
         results = run_cached(
@@ -331,7 +317,30 @@ def main_regime(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("forgive study: interrupted; finished runs are in the cache", file=sys.stderr)
         return 130
-    wall = time.monotonic() - started
+    return results, time.monotonic() - started
+
+
+def main_regime(args: argparse.Namespace) -> int:
+    try:
+        base, cells, seeds, planned, left_out = _regime_setup(args)
+        cache, out = _folders(args, "regime")
+    except (RunError, FabricError, FolderError) as err:
+        print(f"forgive study: {err}", file=sys.stderr)
+        return 2
+    for reason in left_out:
+        say(f"study regime: left out {reason}")
+    present = sum(1 for _, c in planned if cache.get(c) is not None)
+    cached = 0 if args.fresh else present
+    say(
+        f"study regime: {len(cells)} cells x {len(regime.POLICIES)} policies x {len(seeds)} "
+        f"seeds = {len(planned)} runs ({present} in the cache {cache.root}); base "
+        f"{base.fabric.name}, bytes / {base.fabric.scaling.byte_scale:g}, DCQCN {base.dcqcn}, "
+        f"{base.workload.steps} steps"
+    )
+    ran = _run_planned(planned, cache, args)
+    if isinstance(ran, int):
+        return ran
+    results, wall = ran
     made = len(planned) - cached
     cells_figures = regime.figures(planned, results)
     fitted = regime.fit(cells_figures)
@@ -396,24 +405,10 @@ def main(args: argparse.Namespace) -> int:
     present = sum(1 for _, c in planned if cache.get(c) is not None)
     cached = 0 if args.fresh else present
     say(_describe(name, setup, planned, present, cache))
-    started = time.monotonic()
-    try:
-        results = run_cached(
-            [c for _, c in planned],
-            cache,
-            RUNNER,
-            fresh=args.fresh,
-            workers=args.workers,
-            dask=args.dask,
-            say=say,
-        )
-    except RunError as err:
-        print(f"forgive study: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("forgive study: interrupted; finished runs are in the cache", file=sys.stderr)
-        return 130
-    wall = time.monotonic() - started
+    ran = _run_planned(planned, cache, args)
+    if isinstance(ran, int):
+        return ran
+    results, wall = ran
     runs = by_variant(planned, results)
     meta = {
         "engine": args.engine,

@@ -146,19 +146,23 @@ def _medians_and_ranges(per_seed: dict[int, float | None], sign: float = 1.0):
     return mid, (mid - present[0], present[-1] - mid)
 
 
+def _cell_points(ax, points, y_sign: float, color: str, x_sign: float = 1.0) -> None:
+    """One labelled point per regime cell at its medians, its seed ranges as error bars;
+    `points` are (cell name, x per seed, y per seed), each axis's values times its sign."""
+    for name, xs, ys in points:
+        x, y = _medians_and_ranges(xs, x_sign), _medians_and_ranges(ys, y_sign)
+        if x is None or y is None:
+            continue
+        ax.errorbar(x[0], y[0], xerr=[[x[1][0]], [x[1][1]]], yerr=[[y[1][0]], [y[1][1]]],
+                    fmt="o", capsize=3, color=color)  # fmt: skip
+        ax.annotate(name, (x[0], y[0]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+
+
 def plot_saving_vs_slack(path: Path, cells, fitted) -> None:
     """forgive's saving against the baseline's slack, a point per regime cell with its seed
     ranges, the note's own point, and the least-squares line with its RMS residual."""
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    for c in cells:
-        x, y = _medians_and_ranges(c.slack), _medians_and_ranges(c.change_pct, -1.0)
-        if x is None or y is None:
-            continue
-        ax.errorbar(x[0], y[0], xerr=[[x[1][0]], [x[1][1]]], yerr=[[y[1][0]], [y[1][1]]],
-                    fmt="o", capsize=3, color="tab:blue")  # fmt: skip
-        ax.annotate(
-            c.cell.name, (x[0], y[0]), fontsize=7, xytext=(4, 4), textcoords="offset points"
-        )
+    _cell_points(ax, [(c.cell.name, c.slack, c.change_pct) for c in cells], -1.0, "tab:blue")
     lo, hi = NOTE_SAVING
     ax.errorbar(NOTE_SLACK, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="*", ms=14, color="black",
                 label=f"the note: slack {NOTE_SLACK:.2f}, saving {lo:g} to {hi:g} %")  # fmt: skip
@@ -183,15 +187,8 @@ def plot_saving_vs_slack(path: Path, cells, fitted) -> None:
 def plot_given_up_vs_saving(path: Path, cells) -> None:
     """Gradient bytes given up against the saving, a point per regime cell."""
     fig, ax = plt.subplots(figsize=(8, 5))
-    for c in cells:
-        x, y = _medians_and_ranges(c.change_pct, -1.0), _medians_and_ranges(c.given_up_pct)
-        if x is None or y is None:
-            continue
-        ax.errorbar(x[0], y[0], xerr=[[x[1][0]], [x[1][1]]], yerr=[[y[1][0]], [y[1][1]]],
-                    fmt="o", capsize=3, color="tab:green")  # fmt: skip
-        ax.annotate(
-            c.cell.name, (x[0], y[0]), fontsize=7, xytext=(4, 4), textcoords="offset points"
-        )
+    points = [(c.cell.name, c.change_pct, c.given_up_pct) for c in cells]
+    _cell_points(ax, points, 1.0, "tab:green", x_sign=-1.0)
     lo, hi = NOTE_SAVING
     ax.plot((lo + hi) / 2, 7.56, "*", ms=14, color="black",
             label="the note: 16.1 to 16.7 % saved, 7.55 to 7.57 % given up")  # fmt: skip

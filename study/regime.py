@@ -19,7 +19,7 @@ from typing import Any
 
 from host_agent.core import PROFILES
 from study.claims import number
-from study.slack import allreduce_bound_s
+from study.slack import allreduce_bound_s, busiest_uplink_hops
 from topologies.fabric import (
     DCQCN_STATES,
     PRESETS,
@@ -44,18 +44,11 @@ NOTE_SAVING = (16.1, 16.7)
 def ring_step_bytes(config: RunConfig) -> float:
     """What one ring step puts on the busiest leaf uplink: one chunk (the gradient over the
     ranks) from each rank whose successor sits behind that uplink, ECMP sharing the spines."""
-    from topologies.fabric import plan
-
-    spec = config.fabric
-    _, hosts = config.jobs(plan(spec))[0]
-    chunk = config.workload.grad_bytes / len(hosts)
-    crossing: dict[str, int] = {}
-    for i, host in enumerate(hosts):
-        if hosts[(i + 1) % len(hosts)].leaf != host.leaf:
-            crossing[host.leaf] = crossing.get(host.leaf, 0) + 1
-    if not crossing or not spec.spines:
+    n, hops = busiest_uplink_hops(config)
+    chunk = config.workload.grad_bytes / n
+    if not hops or not config.fabric.spines:
         return chunk
-    return chunk * max(crossing.values()) / spec.spines
+    return chunk * hops / config.fabric.spines
 
 
 def with_step_over_buffer(config: RunConfig, ratio: float) -> RunConfig:

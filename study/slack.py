@@ -18,21 +18,26 @@ from topologies.fabric import plan
 from topologies.runner import RunConfig
 
 
+def busiest_uplink_hops(config: RunConfig) -> tuple[int, int]:
+    """(ranks of the first job, ring hops through the busiest leaf's uplinks): hops leaving a
+    leaf and hops entering one, whichever leaf has the most."""
+    _, hosts = config.jobs(plan(config.fabric))[0]
+    leaving: Counter[str] = Counter()
+    entering: Counter[str] = Counter()
+    for i, host in enumerate(hosts):
+        succ = hosts[(i + 1) % len(hosts)]
+        if succ.leaf != host.leaf:
+            leaving[host.leaf] += 1
+            entering[succ.leaf] += 1
+    return len(hosts), max([*leaving.values(), *entering.values(), 0])
+
+
 def allreduce_bound_s(config: RunConfig) -> float:
     """The ring all-reduce's line-rate bound for the first job of `config`, in fabric seconds
     (the note's bytes and rates, before any scaling)."""
     spec = config.fabric
-    _, hosts = config.jobs(plan(spec))[0]
-    n = len(hosts)
+    n, busiest_uplink = busiest_uplink_hops(config)
     per_rank = 2 * (n - 1) / n * config.workload.grad_bytes * 8
-    leaving: Counter[str] = Counter()
-    entering: Counter[str] = Counter()
-    for i, host in enumerate(hosts):
-        succ = hosts[(i + 1) % n]
-        if succ.leaf != host.leaf:
-            leaving[host.leaf] += 1
-            entering[succ.leaf] += 1
-    busiest_uplink = max([*leaving.values(), *entering.values(), 0])
     times = [per_rank / (spec.host_link_gbps * 1e9)]
     if busiest_uplink:
         times.append(busiest_uplink * per_rank / (spec.spines * spec.spine_link_gbps * 1e9))
