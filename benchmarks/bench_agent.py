@@ -33,10 +33,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from netns import Lab, reap_stale  # noqa: E402
 
+from common.frames import FrameBuilder, ip_bytes, mac_bytes  # noqa: E402
+from common.wire import PACKET_BYTES, Dscp, Fth, Opcode  # noqa: E402
 from host_agent.api import AgentClient  # noqa: E402
-from host_agent.frames import FrameBuilder, ip_bytes, mac_bytes  # noqa: E402
 from host_agent.link import RawLink  # noqa: E402
-from host_agent.wire import PACKET_BYTES, Dscp, Fth, Opcode  # noqa: E402
 
 FRAME_PAYLOAD = PACKET_BYTES
 IDLE_S = 0.5

@@ -68,8 +68,8 @@ def frames() -> dict[str, bytes]:
     from scapy.layers.l2 import Ether
     from scapy.packet import Raw
 
+    from common.wire import FORGIVE_UDP_PORT, PACKET_BYTES, Dscp, Flag
     from host_agent.scapy_layer import FTH
-    from host_agent.wire import FORGIVE_UDP_PORT, PACKET_BYTES, Dscp, Flag
 
     def build(flags: int, payload: bytes) -> bytes:
         ip_len = 20 + 8 + 16 + len(payload)

@@ -11,8 +11,8 @@ import argparse
 import json
 import time
 
+from common.wire import FTH_STRUCT, PACKET_BYTES, Flag, Fth, Opcode
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
-from host_agent.wire import FTH_STRUCT, PACKET_BYTES, Flag, Fth, Opcode
 
 TARGET_DATA_PPS = 150_000
 

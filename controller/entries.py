@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 from p4.v1 import p4runtime_pb2
 
+from common import p4names
+from common.wire import MAX_DSCP
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
-from host_agent.wire import MAX_DSCP
 from switch_model import surface
 from switch_model.surface import PortCounters, SwitchTrimming, Thresholds
 
@@ -25,9 +26,9 @@ IPV4_MASK = (1 << 32) - 1
 def route(index: P4InfoIndex, prefix: int, prefix_len: int, dmac: int, port: int):
     """`prefix/prefix_len` straight to one next hop."""
     return index.table_entry(
-        surface.LPM_TABLE,
-        {surface.DST_ADDR: (prefix, prefix_len)},
-        surface.SET_NHOP,
+        p4names.LPM_TABLE,
+        {p4names.DST_ADDR: (prefix, prefix_len)},
+        p4names.SET_NHOP,
         {"dmac": dmac, "port": port},
     )
 
@@ -35,9 +36,9 @@ def route(index: P4InfoIndex, prefix: int, prefix_len: int, dmac: int, port: int
 def ecmp_route(index: P4InfoIndex, prefix: int, prefix_len: int, group: int, members: int):
     """`prefix/prefix_len` to ECMP group `group` of `members` members."""
     return index.table_entry(
-        surface.LPM_TABLE,
-        {surface.DST_ADDR: (prefix, prefix_len)},
-        surface.SET_ECMP_GROUP,
+        p4names.LPM_TABLE,
+        {p4names.DST_ADDR: (prefix, prefix_len)},
+        p4names.SET_ECMP_GROUP,
         {"group_id": group, "num_members": members},
     )
 
@@ -45,9 +46,9 @@ def ecmp_route(index: P4InfoIndex, prefix: int, prefix_len: int, group: int, mem
 def ecmp_member(index: P4InfoIndex, group: int, member: int, dmac: int, port: int):
     """Member `member` (0-based) of ECMP group `group`: one next hop."""
     return index.table_entry(
-        surface.ECMP_TABLE,
-        {surface.ECMP_GROUP_ID: group, surface.ECMP_MEMBER: member},
-        surface.SET_NHOP,
+        p4names.ECMP_TABLE,
+        {p4names.ECMP_GROUP_ID: group, p4names.ECMP_MEMBER: member},
+        p4names.SET_NHOP,
         {"dmac": dmac, "port": port},
     )
 
@@ -55,9 +56,9 @@ def ecmp_member(index: P4InfoIndex, group: int, member: int, dmac: int, port: in
 def port_thresholds(index: P4InfoIndex, port: int, thresholds: Thresholds):
     """Makes `port` a managed port with these admission limits."""
     return index.table_entry(
-        surface.THRESHOLD_TABLE,
-        {surface.EGRESS_SPEC: port},
-        surface.SET_THRESHOLDS,
+        p4names.THRESHOLD_TABLE,
+        {p4names.EGRESS_SPEC: port},
+        p4names.SET_THRESHOLDS,
         thresholds._asdict(),
     )
 
@@ -66,9 +67,9 @@ def switch_trimming(index: P4InfoIndex, trimming: SwitchTrimming | None):
     """switch_trimming's default entry: the switch-wide trim size and queue, or NoAction
     (58 bytes to the high queue, as the program sets them first)."""
     if trimming is None:
-        return index.default_entry(surface.SWITCH_TRIMMING_TABLE, surface.NO_ACTION)
+        return index.default_entry(p4names.SWITCH_TRIMMING_TABLE, p4names.NO_ACTION)
     return index.default_entry(
-        surface.SWITCH_TRIMMING_TABLE, surface.SET_SWITCH_TRIMMING, trimming._asdict()
+        p4names.SWITCH_TRIMMING_TABLE, p4names.SET_SWITCH_TRIMMING, trimming._asdict()
     )
 
 
@@ -77,9 +78,9 @@ class TrimDscpTable:
     """Where a program resolves a trimmed packet's DSCP per egress port: forgive.p4 in
     ingress, the TNA program in egress (controller.tofino); the entries are alike."""
 
-    table: str = surface.TRIM_DSCP_TABLE
-    action: str = surface.SET_TRIM_DSCP
-    port_key: str = surface.EGRESS_SPEC
+    table: str = p4names.TRIM_DSCP_TABLE
+    action: str = p4names.SET_TRIM_DSCP
+    port_key: str = p4names.EGRESS_SPEC
 
 
 V1MODEL_TRIM_DSCP = TrimDscpTable()
@@ -90,7 +91,7 @@ def trim_dscp_default(
 ):
     """trim_dscp's default entry: one DSCP for every port, or NoAction (the DSCP is kept)."""
     if dscp is None:
-        return index.default_entry(where.table, surface.NO_ACTION)
+        return index.default_entry(where.table, p4names.NO_ACTION)
     return index.default_entry(where.table, where.action, {"dscp": dscp})
 
 
@@ -102,9 +103,9 @@ def trim_dscp(index: P4InfoIndex, port: int, dscp: int, where: TrimDscpTable = V
 def trim_queue_limit(index: P4InfoIndex, port: int, trim_queue_bytes: int):
     """A trimmed packet finding `port`'s high queue at `trim_queue_bytes` is dropped."""
     return index.table_entry(
-        surface.TRIM_QUEUE_TABLE,
-        {surface.EGRESS_SPEC: port},
-        surface.SET_TRIM_QUEUE_BYTES,
+        p4names.TRIM_QUEUE_TABLE,
+        {p4names.EGRESS_SPEC: port},
+        p4names.SET_TRIM_QUEUE_BYTES,
         {"trim_queue_bytes": trim_queue_bytes},
     )
 
@@ -112,7 +113,7 @@ def trim_queue_limit(index: P4InfoIndex, port: int, trim_queue_bytes: int):
 def trim_ineligible(index: P4InfoIndex, dscp: int):
     """Traffic class `dscp` is dropped, not trimmed, when its queue is full."""
     return index.table_entry(
-        surface.TRIM_ELIGIBILITY_TABLE, {surface.DSCP: dscp}, surface.DISABLE_TRIM, {}
+        p4names.TRIM_ELIGIBILITY_TABLE, {p4names.DSCP: dscp}, p4names.DISABLE_TRIM, {}
     )
 
 
@@ -133,13 +134,13 @@ def trim_acl(
         return (net[0] & mask, mask)
 
     return index.table_entry(
-        surface.TRIM_ACL_TABLE,
+        p4names.TRIM_ACL_TABLE,
         {
-            surface.SRC_ADDR: prefix(src),
-            surface.DST_ADDR: prefix(dst),
-            surface.DSCP: (0, 0) if dscp is None else (dscp, MAX_DSCP),
+            p4names.SRC_ADDR: prefix(src),
+            p4names.DST_ADDR: prefix(dst),
+            p4names.DSCP: (0, 0) if dscp is None else (dscp, MAX_DSCP),
         },
-        surface.DISABLE_TRIM,
+        p4names.DISABLE_TRIM,
         {},
         priority=priority,
     )

@@ -17,26 +17,26 @@ from pathlib import Path
 import grpc
 from p4.v1 import p4runtime_pb2
 
+from common import p4names
 from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, entry_key, load_p4info
 from controller.shaping import apply_shaping, check_shaping_channel
 from controller.topology import Fabric
 from controller.trimming import DSCP_FROM_TC, Trimming
-from switch_model import surface
 from switch_model.surface import DEFAULT_TRIMMING, PortCounters
 
 TABLES = (
-    surface.THRESHOLD_TABLE,
-    surface.TRIM_ELIGIBILITY_TABLE,
-    surface.TRIM_ACL_TABLE,
-    surface.TRIM_DSCP_TABLE,
-    surface.TRIM_QUEUE_TABLE,
-    surface.ECMP_TABLE,
-    surface.LPM_TABLE,
+    p4names.THRESHOLD_TABLE,
+    p4names.TRIM_ELIGIBILITY_TABLE,
+    p4names.TRIM_ACL_TABLE,
+    p4names.TRIM_DSCP_TABLE,
+    p4names.TRIM_QUEUE_TABLE,
+    p4names.ECMP_TABLE,
+    p4names.LPM_TABLE,
 )
 """In the order entries are inserted: an ECMP route after its group's members."""
-DEFAULT_TABLES = (surface.SWITCH_TRIMMING_TABLE, surface.TRIM_DSCP_TABLE)
+DEFAULT_TABLES = (p4names.SWITCH_TRIMMING_TABLE, p4names.TRIM_DSCP_TABLE)
 """Tables whose default entry the description sets (switch-wide trimming)."""
 
 _Update = p4runtime_pb2.Update

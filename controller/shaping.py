@@ -25,8 +25,8 @@ import shutil
 import subprocess
 import sys
 
+from common.wire import TRIMMED_FRAME_LEN
 from controller.topology import PortSpec, SwitchSpec
-from host_agent.wire import TRIMMED_FRAME_LEN
 from switch_model import control
 from switch_model.port import PRIO_HIGH, PRIO_LOW
 

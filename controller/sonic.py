@@ -26,10 +26,10 @@ every trimmed packet's DSCP). docs/dataplane.md maps the knobs one by one.
 
 from __future__ import annotations
 
+from common.wire import MAX_DSCP
 from controller.p4info import ConfigError
 from controller.topology import Fabric
 from controller.trimming import DSCP_FROM_TC, DSCP_KEEP
-from host_agent.wire import MAX_DSCP
 from switch_model.port import PRIO_HIGH, PRIO_LOW
 
 POOL = "egress_lossy_pool"

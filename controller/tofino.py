@@ -30,6 +30,26 @@ from dataclasses import dataclass, field
 
 from p4.v1 import p4runtime_pb2
 
+from common import p4names
+from common.p4names import (
+    ECMP_PROFILE,
+    ECN_TABLE,
+    EGRESS_PORT,
+    ENQ_QDEPTH,
+    MARK_CE,
+    MARK_DRAW,
+    SET_TRIM_LENGTHS,
+    SET_TRIM_SESSION,
+    TNA_PORT_CE_MARKS,
+    TNA_PORT_EGRESS_DROPS,
+    TNA_PORT_TRIM_TX,
+    TNA_PORT_TRIMS,
+    TNA_SET_TRIM_DSCP,
+    TNA_TRIM_DSCP_TABLE,
+    TRIM_LENGTHS_TABLE,
+    TRIM_TABLE,
+)
+from common.wire import ETH_LEN, IPV4_LEN, TRIMMED_FRAME_LEN
 from controller import entries
 from controller.fabric_control import ApplyReport, FabricController, eligibility_entries
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, entry_key
@@ -37,35 +57,18 @@ from controller.shaping import REFERENCE_FRAME_BYTES
 from controller.tofino_pipeline import CHIPS, Chip
 from controller.topology import Fabric, NextHop, PortSpec, tofino_pipe
 from controller.trimming import DSCP_FROM_TC, Trimming
-from host_agent.wire import ETH_LEN, IPV4_LEN, TRIMMED_FRAME_LEN
-from switch_model import surface
 from switch_model.port import PRIO_LOW
 from switch_model.surface import PortCounters, Thresholds
 
-# The TNA program's control-plane names where they are not the v1model program's
-# (routes, next hops and ECMP group ids keep surface's names).
-ECMP_PROFILE = f"{surface.INGRESS}.ecmp_profile"
-TRIM_TABLE = f"{surface.INGRESS}.trim_sessions"
-SET_TRIM_SESSION = f"{surface.INGRESS}.set_trim_session"
-ECN_TABLE = f"{surface.EGRESS}.ecn_marking"
-MARK_CE = f"{surface.EGRESS}.mark_ce"
-TRIM_LENGTHS_TABLE = f"{surface.EGRESS}.trim_lengths"
-"""Keyless: its default entry holds the lengths of a packet trimmed to the trim size."""
-SET_TRIM_LENGTHS = f"{surface.EGRESS}.set_trim_lengths"
-TRIM_DSCP = entries.TrimDscpTable(
-    f"{surface.EGRESS}.trim_dscp", f"{surface.EGRESS}.set_trim_dscp", "egress_port"
-)
+TRIM_DSCP = entries.TrimDscpTable(TNA_TRIM_DSCP_TABLE, TNA_SET_TRIM_DSCP, EGRESS_PORT)
 """The per-port trim DSCP, applied as the trimmed header leaves its port."""
-EGRESS_PORT = "egress_port"
-ENQ_QDEPTH = "enq_qdepth"
-MARK_DRAW = "mark_draw"
 COUNTER_FIELDS: dict[str, tuple[str | None, str]] = {
-    surface.PORT_TX: ("tx_bytes", "tx_packets"),
-    f"{surface.EGRESS}.port_ce_marks": (None, "ce_marks"),
-    f"{surface.EGRESS}.port_trims": (None, "trims"),
-    f"{surface.EGRESS}.port_trim_tx": (None, "trim_tx"),
-    f"{surface.EGRESS}.port_drops": (None, "drops"),
-    f"{surface.INGRESS}.port_drops": (None, "drops"),
+    p4names.PORT_TX: ("tx_bytes", "tx_packets"),
+    TNA_PORT_CE_MARKS: (None, "ce_marks"),
+    TNA_PORT_TRIMS: (None, "trims"),
+    TNA_PORT_TRIM_TX: (None, "trim_tx"),
+    TNA_PORT_EGRESS_DROPS: (None, "drops"),
+    p4names.PORT_DROPS: (None, "drops"),
 }
 """As surface.COUNTER_FIELDS: drops are counted where they happen, malformed in
 ingress and for want of room in egress, and add up. Trimmed but dropped has no
@@ -174,7 +177,7 @@ def trim_lengths(index: P4InfoIndex, size: int) -> p4runtime_pb2.TableEntry:
     """trim_lengths' default entry: the IPv4 and UDP lengths of a packet cut to `size`
     bytes, or NoAction for the program's own 58."""
     if size == TRIMMED_FRAME_LEN:
-        return index.default_entry(TRIM_LENGTHS_TABLE, surface.NO_ACTION)
+        return index.default_entry(TRIM_LENGTHS_TABLE, p4names.NO_ACTION)
     lengths = {"ipv4_total_len": size - ETH_LEN, "udp_len": size - ETH_LEN - IPV4_LEN}
     return index.default_entry(TRIM_LENGTHS_TABLE, SET_TRIM_LENGTHS, lengths)
 
@@ -223,7 +226,7 @@ def ecmp_member(index: P4InfoIndex, member: int, dmac: int, port: int) -> p4runt
         action_profile_member=p4runtime_pb2.ActionProfileMember(
             action_profile_id=ecmp_profile(index).preamble.id,
             member_id=member,
-            action=index.action(surface.SET_NHOP, {"dmac": dmac, "port": port}),
+            action=index.action(p4names.SET_NHOP, {"dmac": dmac, "port": port}),
         )
     )
 
@@ -240,7 +243,7 @@ def ecmp_group(
     )
     for member in members:
         entity.action_profile_group.members.add(member_id=member, weight=1)
-    nhop = index.table_entry(surface.ECMP_TABLE, {surface.ECMP_GROUP_ID: group}, None, {})
+    nhop = index.table_entry(p4names.ECMP_TABLE, {p4names.ECMP_GROUP_ID: group}, None, {})
     nhop.action.action_profile_group_id = group
     return [entity, _Entity(table_entry=nhop)]
 
@@ -248,9 +251,9 @@ def ecmp_group(
 def ecmp_route(index: P4InfoIndex, prefix: int, prefix_len: int, group: int):
     """`prefix/prefix_len` to ECMP group `group` (the selector knows its size)."""
     return index.table_entry(
-        surface.LPM_TABLE,
-        {surface.DST_ADDR: (prefix, prefix_len)},
-        surface.SET_ECMP_GROUP,
+        p4names.LPM_TABLE,
+        {p4names.DST_ADDR: (prefix, prefix_len)},
+        p4names.SET_ECMP_GROUP,
         {"group_id": group},
     )
 
@@ -472,9 +475,9 @@ class TofinoFabricController(FabricController):
             TRIM_TABLE,
             ECN_TABLE,
             TRIM_DSCP.table,
-            surface.TRIM_ELIGIBILITY_TABLE,
-            surface.TRIM_ACL_TABLE,
-            surface.ECMP_TABLE,
+            p4names.TRIM_ELIGIBILITY_TABLE,
+            p4names.TRIM_ACL_TABLE,
+            p4names.ECMP_TABLE,
         )
         tables = [self.index.table_id(t) for t in names]
         clone_query = p4runtime_pb2.PacketReplicationEngineEntry(
@@ -482,7 +485,7 @@ class TofinoFabricController(FabricController):
         )
         member_query = p4runtime_pb2.ActionProfileMember(action_profile_id=profile_id)
         group_query = p4runtime_pb2.ActionProfileGroup(action_profile_id=profile_id)
-        lpm = self.index.table_id(surface.LPM_TABLE)
+        lpm = self.index.table_id(p4names.LPM_TABLE)
 
         def read(*queries: p4runtime_pb2.Entity) -> dict:
             return _keyed(client.read(list(queries)))
@@ -496,7 +499,7 @@ class TofinoFabricController(FabricController):
             else:
                 # as the program declares it: every default_action here is NoAction
                 entry = p4runtime_pb2.TableEntry(table_id=table_id, is_default_action=True)
-                entry.action.action.action_id = self.index.actions[surface.NO_ACTION].preamble.id
+                entry.action.action.action_id = self.index.actions[p4names.NO_ACTION].preamble.id
                 defaults[table_id] = _Entity(table_entry=entry)
 
         return SwitchEntities(

@@ -31,9 +31,9 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from common.wire import MAX_DSCP
 from controller.checks import MAX_BYTES, check_int, check_object, key_path, show
 from controller.p4info import ConfigError
-from host_agent.wire import MAX_DSCP
 from switch_model.port import PRIO_HIGH, PRIO_LOW
 from switch_model.surface import DEFAULT_TRIMMING, SwitchTrimming
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from host_agent.wire import Flag, Opcode, peek
+from common.wire import Flag, Opcode, peek
 
 ACK_EVERY = 32
 """Data packets acknowledged by one ACK at most."""

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Protocol
 
+from common import records
+from common.wire import FTH_LEN, IPV4_LEN, PACKET_BYTES, UDP_LEN
 from host_agent.events import Event
 from host_agent.host import Host, HostConfig
 from host_agent.link import RawLink, hold_udp_port, interface_ipv4, interface_mtu
 from host_agent.stats import StatsLog
-from host_agent.wire import FTH_LEN, IPV4_LEN, PACKET_BYTES, UDP_LEN
 
 RECV_BATCH = 32
 MAX_BATCHES = 64
@@ -195,7 +196,7 @@ class HostAgent:
 
     def close(self) -> None:
         """Write the run's summary record, then close the sockets and the statistics file."""
-        self.endpoint.log.write("agent", time.monotonic(), **self.summary())
+        self.endpoint.log.write(records.AGENT, time.monotonic(), **self.summary())
         if self._stats_file is not None and self._stats_file is not sys.stdout:
             self._stats_file.close()
         self.link.close()

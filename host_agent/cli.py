@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 
+from common.wire import PACKET_BYTES
 from host_agent.agent import AgentConfig, HostAgent
 from host_agent.api import ApiServer, check_api_path
 from host_agent.core import CONTROLS, PROFILES
@@ -13,7 +14,6 @@ from host_agent.core.sender import MAX_TIMEOUTS
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import POLICY_NAMES, parse_policy
-from host_agent.wire import PACKET_BYTES
 
 
 def agent_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,8 +23,8 @@ from scapy.error import Scapy_Exception
 from scapy.layers.inet import IP
 from scapy.utils import PcapNgReader
 
+from common.wire import TRIMMED_FRAME_LEN
 from host_agent.scapy_layer import FTH
-from host_agent.wire import TRIMMED_FRAME_LEN
 
 PCAP_MAGICS = {
     b"\xd4\xc3\xb2\xa1": ("<", 1e-6),

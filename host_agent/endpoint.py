@@ -23,6 +23,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from common import records
+from common.frames import ip_bytes
+from common.wire import (
+    FTH_LEN,
+    MAX_DSCP,
+    PACKET_BYTES,
+    Dscp,
+    Flag,
+    MalformedPacket,
+    Opcode,
+    peek,
+)
 from host_agent.acks import ACK_DELAY, ACK_DELAY_PER_RTO, ACK_EVERY, AckCoalescer
 from host_agent.core import (
     CONTROLS,
@@ -43,7 +55,6 @@ from host_agent.events import (
     Shed,
     record,
 )
-from host_agent.frames import ip_bytes
 from host_agent.policies import Policy, is_shed, parse_policy
 from host_agent.stats import (
     StatsLog,
@@ -53,16 +64,6 @@ from host_agent.stats import (
     loss_budget,
 )
 from host_agent.timebins import TimeBins
-from host_agent.wire import (
-    FTH_LEN,
-    MAX_DSCP,
-    PACKET_BYTES,
-    Dscp,
-    Flag,
-    MalformedPacket,
-    Opcode,
-    peek,
-)
 
 TRAFFIC_CLASSES: dict[str, Dscp] = {
     "gradient": Dscp.GRADIENT,
@@ -551,7 +552,11 @@ class Endpoint:
 
     def _emit(self, event: Event, now: float) -> None:
         self._events.append(event)
-        kind = {RecvDone: "flow_recv", SendDone: "flow_send", Shed: "flow_shed"}.get(type(event))
+        kind = {
+            RecvDone: records.FLOW_RECV,
+            SendDone: records.FLOW_SEND,
+            Shed: records.FLOW_SHED,
+        }.get(type(event))
         if kind is None:
             kind = event.kind
         self.log.write(kind, now, **record(event))

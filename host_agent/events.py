@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from common import records
+
 
 @dataclass(frozen=True, slots=True)
 class SendDone:
@@ -103,7 +105,7 @@ class FlowFailed:
     rtos: int
     reason: str
 
-    kind = "flow_failed"
+    kind = records.FLOW_FAILED
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +116,7 @@ class BoundViolation:
     where: str
     problem: str
 
-    kind = "bound_violation"
+    kind = records.BOUND_VIOLATION
 
 
 Event = SendDone | RecvDone | Shed | FlowFailed | BoundViolation

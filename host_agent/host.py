@@ -14,9 +14,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from host_agent.endpoint import Endpoint, EndpointConfig
-from host_agent.events import Event
-from host_agent.frames import (
+from common.frames import (
     UDP_LEN,
     UDP_STRUCT,
     FrameBuilder,
@@ -25,9 +23,11 @@ from host_agent.frames import (
     mac_bytes,
     parse,
 )
+from common.wire import ECN_ECT0, ECN_NOT_ECT, FORGIVE_UDP_PORT, Dscp
+from host_agent.endpoint import Endpoint, EndpointConfig
+from host_agent.events import Event
 from host_agent.neighbors import Held, Neighbors
 from host_agent.stats import StatsLog
-from host_agent.wire import ECN_ECT0, ECN_NOT_ECT, FORGIVE_UDP_PORT, Dscp
 
 Frame = tuple[bytes, ...]
 """One frame as the parts a scatter-gather send joins (headers, then the FTH packet)."""

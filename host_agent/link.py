@@ -16,7 +16,7 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-from host_agent.wire import FORGIVE_UDP_PORT
+from common.wire import FORGIVE_UDP_PORT
 
 ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26

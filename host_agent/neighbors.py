@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from host_agent.frames import (
+from common.frames import (
     ARP_REPLY,
     ARP_REQUEST,
     BROADCAST_MAC,

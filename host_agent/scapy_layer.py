@@ -10,7 +10,7 @@ from scapy.fields import BitEnumField, BitField, FlagsField, IntField, ShortFiel
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from host_agent.wire import FORGIVE_UDP_PORT, FTH_VERSION, Flag, Opcode
+from common.wire import FORGIVE_UDP_PORT, FTH_VERSION, Flag, Opcode
 
 _FLAG_NAMES = [f.name for f in sorted(Flag, key=int)]
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import IO, Any
 
+from common import records
+
 _RELATIVE_SLACK = 1e-9
 """Float rounding allowance when comparing forgiven * (1 - p) against p * received."""
 
@@ -87,6 +89,11 @@ class StatsLog:
     def write(self, kind: str, now: float, **fields: Any) -> None:
         if self._out is None:
             return
-        record = {"type": kind, "host": self.host, "time": round(now + self.offset, 6), **fields}
+        record = {
+            records.TYPE: kind,
+            "host": self.host,
+            "time": round(now + self.offset, 6),
+            **fields,
+        }
         self._out.write(json.dumps(record) + "\n")
         self._out.flush()

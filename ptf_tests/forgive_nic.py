@@ -26,12 +26,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from controller.nic import FORGIVE_PROB_ONE, NicReceiverControl
-from host_agent.core import ForgiveReceiver, ReceiverPolicy
-from host_agent.frames import FrameBuilder, ip_bytes, mac_bytes
-from host_agent.host import SPORT_BASE
-from host_agent.scapy_layer import FTH
-from host_agent.wire import (
+from common.frames import FrameBuilder, ip_bytes, mac_bytes
+from common.wire import (
     ECN_CE,
     ECN_ECT0,
     ECN_NOT_ECT,
@@ -43,6 +39,10 @@ from host_agent.wire import (
     Flag,
     Opcode,
 )
+from controller.nic import FORGIVE_PROB_ONE, NicReceiverControl
+from host_agent.core import ForgiveReceiver, ReceiverPolicy
+from host_agent.host import SPORT_BASE
+from host_agent.scapy_layer import FTH
 from ptf_tests.pna_nic import HOST_PORT, NETWORK_PORT
 
 NIC_MAC = "02:00:00:00:00:0a"

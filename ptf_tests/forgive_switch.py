@@ -24,8 +24,7 @@ from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
-from host_agent.scapy_layer import FTH
-from host_agent.wire import (
+from common.wire import (
     ETH_LEN,
     FORGIVE_UDP_PORT,
     IPV4_LEN,
@@ -35,6 +34,7 @@ from host_agent.wire import (
     Flag,
     Opcode,
 )
+from host_agent.scapy_layer import FTH
 from ptf_tests.p4rt import SwitchSession
 from ptf_tests.p4rt_tna import TnaSwitchSession
 from ptf_tests.targets import PRIO_LOW, TARGETS, Endpoint

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ptf import testutils
 from scapy.layers.inet import IP
 
-from host_agent.wire import PACKET_BYTES, TRIMMED_FRAME_LEN, Dscp, Opcode
+from common.wire import PACKET_BYTES, TRIMMED_FRAME_LEN, Dscp, Opcode
 from ptf_tests.forgive_switch import (
     DOD_PERIOD,
     FULL_FRAME,

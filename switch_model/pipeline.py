@@ -9,7 +9,7 @@ the actions `drop`, `set_nhop`, `choose_ecmp_member`, `drop_at_port`,
 sits between ingress and egress on a target, the traffic manager, is the
 port model (`switch_model.port`); ForgiveComputeChecksum runs as a frame is handed
 to it, since egress rewrites no header. Header offsets and numbers come from
-`host_agent.wire`, which p4src/include/*.p4 mirror.
+`common.wire`, which p4src/include/*.p4 mirror.
 
 The model refuses a frame for the same reasons as the program, and counts
 each in `dropped` by reason; those that had an egress port are also in
@@ -23,8 +23,8 @@ import struct
 from collections import Counter
 from dataclasses import dataclass
 
-from host_agent.frames import csum_fold
-from host_agent.wire import (
+from common.frames import csum_fold
+from common.wire import (
     ECN_CE,
     ECN_MASK,
     ECN_NOT_ECT,

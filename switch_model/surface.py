@@ -1,7 +1,7 @@
-"""forgive.p4's control surface: every name a controller, a test or the model uses for it.
+"""forgive.p4's control surface: the shapes of what a controller, a test or the model names.
 
-The P4 program's tables, actions, counters and registers are named here once,
-with the shapes the model implements (key fields, action parameters, counter
+The P4 program's tables, actions, counters and registers, named once in
+common.p4names, with the shapes the model implements (key fields, action parameters, counter
 units), and so are the values that cross the surface: a port's `Thresholds`,
 the switch's `SwitchTrimming` and a port's `PortCounters`. The controller, the PTF suite and
 the switch model all import them from here; docs/dataplane.md describes them.
@@ -22,52 +22,39 @@ from typing import NamedTuple
 
 from p4.config.v1 import p4info_pb2
 
-from host_agent.wire import TRIMMED_FRAME_LEN
+from common.p4names import (
+    DISABLE_TRIM,
+    DROP,
+    DSCP,
+    DST_ADDR,
+    ECMP_GROUP_ID,
+    ECMP_MEMBER,
+    ECMP_TABLE,
+    EGRESS_SPEC,
+    LPM_TABLE,
+    NO_ACTION,
+    PORT_CE_MARKS,
+    PORT_DROPS,
+    PORT_TRIM_DROPS,
+    PORT_TRIM_TX,
+    PORT_TRIMS,
+    PORT_TX,
+    SET_ECMP_GROUP,
+    SET_NHOP,
+    SET_SWITCH_TRIMMING,
+    SET_THRESHOLDS,
+    SET_TRIM_DSCP,
+    SET_TRIM_QUEUE_BYTES,
+    SRC_ADDR,
+    SWITCH_TRIMMING_TABLE,
+    THRESHOLD_TABLE,
+    TRIM_ACL_TABLE,
+    TRIM_DSCP_TABLE,
+    TRIM_ELIGIBILITY_TABLE,
+    TRIM_QUEUE_TABLE,
+)
+from common.wire import TRIMMED_FRAME_LEN
 from switch_model.port import PRIO_HIGH
-
-INGRESS = "ForgiveIngress"
-EGRESS = "ForgiveEgress"
-"""The program's two controls; every table, action and counter name below is qualified by one."""
-
-LPM_TABLE = f"{INGRESS}.ipv4_lpm"
-ECMP_TABLE = f"{INGRESS}.ecmp_nhop"
-THRESHOLD_TABLE = f"{INGRESS}.port_thresholds"
-SWITCH_TRIMMING_TABLE = f"{INGRESS}.switch_trimming"
-"""Keyless: its default entry holds the switch-wide trim size and queue."""
-TRIM_ELIGIBILITY_TABLE = f"{INGRESS}.trim_eligibility"
-TRIM_ACL_TABLE = f"{INGRESS}.trim_acl"
-TRIM_DSCP_TABLE = f"{INGRESS}.trim_dscp"
-TRIM_QUEUE_TABLE = f"{INGRESS}.trim_queue_limit"
-
-DST_ADDR = "hdr.ipv4.dstAddr"
-SRC_ADDR = "hdr.ipv4.srcAddr"
-DSCP = "hdr.ipv4.dscp"
-ECMP_GROUP_ID = "meta.ecmp_group_id"
-ECMP_MEMBER = "meta.ecmp_member"
-EGRESS_SPEC = "standard_metadata.egress_spec"
-
-SET_NHOP = f"{INGRESS}.set_nhop"
-SET_ECMP_GROUP = f"{INGRESS}.set_ecmp_group"
-DROP = f"{INGRESS}.drop"
-SET_THRESHOLDS = f"{INGRESS}.set_thresholds"
-SET_SWITCH_TRIMMING = f"{INGRESS}.set_switch_trimming"
-DISABLE_TRIM = f"{INGRESS}.disable_trim"
-SET_TRIM_DSCP = f"{INGRESS}.set_trim_dscp"
-SET_TRIM_QUEUE_BYTES = f"{INGRESS}.set_trim_queue_bytes"
-NO_ACTION = "NoAction"
-
-PORT_TX = f"{EGRESS}.port_tx"
-PORT_CE_MARKS = f"{INGRESS}.port_ce_marks"
-PORT_TRIMS = f"{INGRESS}.port_trims"
-PORT_TRIM_TX = f"{INGRESS}.port_trim_tx"
-PORT_TRIM_DROPS = f"{INGRESS}.port_trim_drops"
-PORT_DROPS = f"{INGRESS}.port_drops"
-COUNTERS = (PORT_TX, PORT_CE_MARKS, PORT_TRIMS, PORT_TRIM_TX, PORT_TRIM_DROPS, PORT_DROPS)
-
-LOW_QUEUE_OCCUPANCY = "low_queue_occupancy"
-HIGH_QUEUE_OCCUPANCY = "high_queue_occupancy"
-"""The per-port registers of each queue's bytes (diagnostic; nothing writes them over
-P4Runtime)."""
 
 PMAX_ONE = 1 << 16
 """`ecn_pmax` of certain marking: the probability is in units of 1/65536."""

@@ -17,7 +17,7 @@ from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
-from switch_model import surface
+from common import p4names
 from switch_model.surface import Pipeline, SwitchTrimming, TableInfo, Thresholds
 
 
@@ -169,8 +169,8 @@ class TableStore:
         if table.const_default_action_id:
             entry.action.action.action_id = table.const_default_action_id
             return entry
-        drop = self.pipe.action_ids[surface.DROP]
-        no_action = self.pipe.action_ids.get(surface.NO_ACTION)
+        drop = self.pipe.action_ids[p4names.DROP]
+        no_action = self.pipe.action_ids.get(p4names.NO_ACTION)
         chosen = drop if drop in table.actions else no_action
         if chosen is not None:
             entry.action.action.action_id = chosen
@@ -383,9 +383,9 @@ class TableStore:
 
     def _route(self, entry: p4runtime_pb2.TableEntry) -> Route:
         name, args = self._params(entry)
-        if name == surface.SET_NHOP:
+        if name == p4names.SET_NHOP:
             return NextHop(args[0].to_bytes(6, "big"), args[1])
-        if name == surface.SET_ECMP_GROUP:
+        if name == p4names.SET_ECMP_GROUP:
             return EcmpGroup(args[0], args[1])
         return DROP
 
@@ -395,15 +395,15 @@ class TableStore:
         return args if name == action else None
 
     def _thresholds(self, entry: p4runtime_pb2.TableEntry) -> Thresholds | None:
-        args = self._runs(entry, surface.SET_THRESHOLDS)
+        args = self._runs(entry, p4names.SET_THRESHOLDS)
         return None if args is None else Thresholds(*args)
 
     def _trimming(self, entry: p4runtime_pb2.TableEntry) -> SwitchTrimming | None:
-        args = self._runs(entry, surface.SET_SWITCH_TRIMMING)
+        args = self._runs(entry, p4names.SET_SWITCH_TRIMMING)
         return None if args is None else SwitchTrimming(*args)
 
     def _disables(self, entry: p4runtime_pb2.TableEntry) -> bool:
-        return self._runs(entry, surface.DISABLE_TRIM) is not None
+        return self._runs(entry, p4names.DISABLE_TRIM) is not None
 
     def _one(self, entry: p4runtime_pb2.TableEntry, action: str) -> int | None:
         """The one parameter of `action` if the entry runs it."""
@@ -419,27 +419,27 @@ class TableStore:
     def compile(self) -> Forwarding:
         ids = self.pipe.table_ids
         by_len: dict[int, dict[int, Route]] = {}
-        for ((value, plen),), entry in self.entries[ids[surface.LPM_TABLE]].items():
+        for ((value, plen),), entry in self.entries[ids[p4names.LPM_TABLE]].items():
             by_len.setdefault(plen, {})[value] = self._route(entry)
         lpm = tuple(
             (((1 << 32) - 1) ^ ((1 << (32 - plen)) - 1), by_len[plen])
             for plen in sorted(by_len, reverse=True)
         )
-        ecmp_id, th_id = ids[surface.ECMP_TABLE], ids[surface.THRESHOLD_TABLE]
-        class_id, acl_id = ids[surface.TRIM_ELIGIBILITY_TABLE], ids[surface.TRIM_ACL_TABLE]
+        ecmp_id, th_id = ids[p4names.ECMP_TABLE], ids[p4names.THRESHOLD_TABLE]
+        class_id, acl_id = ids[p4names.TRIM_ELIGIBILITY_TABLE], ids[p4names.TRIM_ACL_TABLE]
         acl = sorted(self.entries[acl_id].items(), key=lambda item: -item[0][-1])
-        dscp, dscp_default = self._per_port(surface.TRIM_DSCP_TABLE, surface.SET_TRIM_DSCP)
+        dscp, dscp_default = self._per_port(p4names.TRIM_DSCP_TABLE, p4names.SET_TRIM_DSCP)
         queue, queue_default = self._per_port(
-            surface.TRIM_QUEUE_TABLE, surface.SET_TRIM_QUEUE_BYTES
+            p4names.TRIM_QUEUE_TABLE, p4names.SET_TRIM_QUEUE_BYTES
         )
         return Forwarding(
             lpm=lpm,
-            lpm_default=self._route(self.defaults[ids[surface.LPM_TABLE]]),
+            lpm_default=self._route(self.defaults[ids[p4names.LPM_TABLE]]),
             ecmp={key: self._route(e) for key, e in self.entries[ecmp_id].items()},
             ecmp_default=self._route(self.defaults[ecmp_id]),
             thresholds={key[0]: self._thresholds(e) for key, e in self.entries[th_id].items()},
             thresholds_default=self._thresholds(self.defaults[th_id]),
-            trimming_default=self._trimming(self.defaults[ids[surface.SWITCH_TRIMMING_TABLE]]),
+            trimming_default=self._trimming(self.defaults[ids[p4names.SWITCH_TRIMMING_TABLE]]),
             eligibility={key[0]: self._disables(e) for key, e in self.entries[class_id].items()},
             eligibility_default=self._disables(self.defaults[class_id]),
             acl=tuple(

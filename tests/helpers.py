@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from host_agent.wire import Flag, Fth, Opcode, decode
+from common.wire import Flag, Fth, Opcode, decode
 
 
 def data(

@@ -12,8 +12,8 @@ import itertools
 import random
 from dataclasses import dataclass, field
 
+from common.wire import FTH_LEN, Flag
 from host_agent.core import ForgiveReceiver, ForgiveSender
-from host_agent.wire import FTH_LEN, Flag
 
 
 @dataclass

@@ -18,9 +18,9 @@ import signal
 import socket
 import sys
 
-from host_agent.frames import ETH_LEN, HEADERS_LEN, ip_bytes, ipv4_checksum, mac_bytes
+from common.frames import ETH_LEN, HEADERS_LEN, ip_bytes, ipv4_checksum, mac_bytes
+from common.wire import FORGIVE_UDP_PORT, FTH_LEN, Flag, Opcode
 from host_agent.link import ETH_P_ALL, PACKET_IGNORE_OUTGOING, SOL_PACKET
-from host_agent.wire import FORGIVE_UDP_PORT, FTH_LEN, Flag, Opcode
 
 TRIMMED_TOTAL = 20 + 8 + FTH_LEN
 

@@ -4,9 +4,9 @@ from helpers import data, trim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.wire import Opcode, decode
 from host_agent.acks import AckCoalescer
 from host_agent.core import ForgiveReceiver, ReceiverPolicy
-from host_agent.wire import Opcode, decode
 
 SEG = 1000
 

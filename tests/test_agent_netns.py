@@ -197,8 +197,8 @@ def test_an_unread_api_client_does_not_stall_the_agent(lab):
 
 INJECT = r"""
 import socket, sys
-from host_agent.frames import FrameBuilder, mac_bytes, ip_bytes
-from host_agent.wire import Fth, Opcode
+from common.frames import FrameBuilder, mac_bytes, ip_bytes
+from common.wire import Fth, Opcode
 iface, src_ip, dst_ip, dst_mac = sys.argv[1:5]
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind((iface, 0))
@@ -451,8 +451,8 @@ def test_a_flow_to_a_silent_peer_fails_visibly(lab):
 
 FUZZ = r"""
 import random, socket, sys, time
-from host_agent.frames import FrameBuilder, mac_bytes, ip_bytes
-from host_agent.wire import Flag, Fth, Opcode, PACKET_BYTES
+from common.frames import FrameBuilder, mac_bytes, ip_bytes
+from common.wire import Flag, Fth, Opcode, PACKET_BYTES
 iface, src_ip, dst_ip, dst_mac, count, seed, real_flow = sys.argv[1:8]
 rng = random.Random(int(seed))
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)

@@ -14,7 +14,7 @@ import pytest
 from netns import Host, mac_of, netns_unavailable
 from test_agent_netns import WORKLOAD, done, ok, start_agent, train
 
-from host_agent.wire import PACKET_BYTES
+from common.wire import PACKET_BYTES
 from ptf_tests.harness import AUX_PORT, GRPC_PORT, missing_prerequisite
 from ptf_tests.targets import (
     PRIO_LOW,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from host_agent.frames import ARP_REPLY, ARP_REQUEST, arp_frame, ip_bytes, mac_bytes, parse_arp
+from common.frames import ARP_REPLY, ARP_REQUEST, arp_frame, ip_bytes, mac_bytes, parse_arp
 from host_agent.neighbors import ARP_RETRY, UNRESOLVED_QUEUE, Neighbors
 from host_agent.stats import bound_violation
 

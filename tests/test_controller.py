@@ -21,14 +21,14 @@ from switch_harness import (
     p4info_path,
 )
 
+from common import p4names
+from common.wire import FORGIVE_UDP_PORT
 from controller import cli
 from controller.client import SwitchClient, SwitchUnreachable
 from controller.fabric_control import FabricController
 from controller.p4info import ConfigError
 from controller.shaping import bmv2_commands
 from controller.topology import PortSpec, parse, switch_port_mac
-from host_agent.wire import FORGIVE_UDP_PORT
-from switch_model import surface
 from switch_model.dataplane import Dataplane
 from switch_model.p4runtime_server import SwitchService, serve
 
@@ -136,7 +136,7 @@ def test_apply_installs_routes_ecmp_and_thresholds_and_is_idempotent(fabric):
         )
         entries = read_tables(ctl, "s1")
         names = {t.preamble.id: t.preamble.name for t in ctl.p4info.tables}
-        assert sorted(names[e.table_entry.table_id] for e in entries).count(surface.ECMP_TABLE) == 2
+        assert sorted(names[e.table_entry.table_id] for e in entries).count(p4names.ECMP_TABLE) == 2
         stats = fabric.s1.stats()["ports"]
         assert stats["1"]["rate_bps"] == 500_000_000 and stats["2"]["rate_bps"] == 0
     finally:
@@ -501,7 +501,7 @@ def test_a_fabric_that_overflows_a_table_is_refused_before_any_write(tmp_path, c
         assert cli.main(["apply", str(path), *args]) == 2
         err = capsys.readouterr().err.strip()
         assert err == (
-            f"forgive-ctl: switch s1: table {surface.LPM_TABLE} holds 1024 entries, the fabric "
+            f"forgive-ctl: switch s1: table {p4names.LPM_TABLE} holds 1024 entries, the fabric "
             "needs 1200 there"
         )
         assert all(s.config is None and s.arbitration.highest is None for s in services)

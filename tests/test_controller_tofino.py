@@ -14,19 +14,18 @@ from hypothesis import strategies as st
 from p4rt_store import Store, serve
 from tna_p4info import committed, p4info, stand_in, surface
 
+from common.p4names import ECN_TABLE, SET_TRIM_LENGTHS, TRIM_LENGTHS_TABLE
+from common.wire import TRIMMED_FRAME_LEN
 from controller import cli
 from controller.p4info import ConfigError, load_p4info
 from controller.tofino import (
     ALL_PIPES,
     ECN_BANDS,
-    ECN_TABLE,
     MIRROR_CFG,
     QID_HIGH,
     QID_LOW,
     QID_TRIM,
-    SET_TRIM_LENGTHS,
     TRIM_DSCP,
-    TRIM_LENGTHS_TABLE,
     TRIM_MIRROR_BYTES,
     TofinoFabricController,
     cells,
@@ -37,7 +36,6 @@ from controller.tofino import (
 )
 from controller.tofino_pipeline import CHIPS, device_data
 from controller.topology import parse
-from host_agent.wire import TRIMMED_FRAME_LEN
 from switch_model.surface import PortCounters
 
 TOFINO = CHIPS["tofino"]

@@ -6,8 +6,8 @@ import pytest
 from helpers import ack, cnp, data, nack, only, parse, trim
 from link import Impairments, Link
 
+from common.wire import PACKET_BYTES, Flag, Opcode
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
-from host_agent.wire import PACKET_BYTES, Flag, Opcode
 
 K = PACKET_BYTES
 FLOW = 7

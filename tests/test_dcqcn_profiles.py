@@ -14,8 +14,8 @@ import pytest
 from helpers import ack, cnp, data, nack, parse
 from link import Impairments, Link
 
+from common.wire import Opcode
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy, new_rate
-from host_agent.wire import Opcode
 
 US = 1_000  # nanoseconds
 MS = 1_000_000

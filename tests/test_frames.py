@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from host_agent.frames import (
+from common.frames import (
     ARP_REPLY,
     ARP_REQUEST,
     BROADCAST_MAC,
@@ -19,8 +19,8 @@ from host_agent.frames import (
     parse,
     parse_arp,
 )
+from common.wire import ECN_CE, ECN_ECT0, FORGIVE_UDP_PORT, Fth, Opcode
 from host_agent.scapy_layer import FTH
-from host_agent.wire import ECN_CE, ECN_ECT0, FORGIVE_UDP_PORT, Fth, Opcode
 
 SRC_MAC = mac_bytes("02:00:00:00:00:01")
 DST_MAC = mac_bytes("02:00:00:00:00:02")

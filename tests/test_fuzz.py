@@ -6,8 +6,8 @@ from helpers import ack, cnp, data, nack, trim
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from common.wire import MalformedPacket, decode
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
-from host_agent.wire import MalformedPacket, decode
 
 
 def valid(raw: bytes) -> bool:

@@ -9,14 +9,14 @@ import json
 import pytest
 from helpers import ack, data, trim
 
+from common.frames import FrameBuilder, ip_bytes, mac_bytes, parse
+from common.wire import Dscp, Flag, Fth, Opcode, decode
 from host_agent.acks import ACK_DELAY, AckCoalescer
 from host_agent.endpoint import Endpoint, EndpointConfig
 from host_agent.events import BoundViolation, FlowFailed, RecvDone, SendDone, Shed
-from host_agent.frames import FrameBuilder, ip_bytes, mac_bytes, parse
 from host_agent.host import Host, HostConfig
 from host_agent.policies import parse_policy
 from host_agent.stats import StatsLog
-from host_agent.wire import Dscp, Flag, Fth, Opcode, decode
 from topologies.virtual import VirtualFabric, host_ports, star
 from workload.plan import Kind, TrainingConfig, flow_id
 from workload.rank import Rank

@@ -16,11 +16,11 @@ import random
 import pytest
 from helpers import ack, nack, parse
 
+from common.wire import PACKET_BYTES, Flag
 from host_agent.core import ForgiveSender, NsccParams, NsccWindow
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
-from host_agent.wire import PACKET_BYTES, Flag
 from switch_model.surface import PMAX_ONE
 from topologies.scaling import FRAME_BYTES
 from topologies.virtual import VirtualFabric, star

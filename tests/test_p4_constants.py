@@ -1,5 +1,5 @@
 """The P4 program and the Python code state the wire format and the switch's numbers once each:
-p4src/include/constants.p4 and headers.p4 for forgive.p4, host_agent.wire (and the switch
+p4src/include/constants.p4 and headers.p4 for forgive.p4, common.wire (and the switch
 model's own modules) for Python. These tests read the two P4 files and hold every constant and
 every header field's offset to its Python counterpart, so neither side can drift alone."""
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from common import frames, wire
 from controller import nic
-from host_agent import frames, host, wire
+from host_agent import host
 from switch_model import counters, port, surface
 
 INCLUDE = Path(__file__).resolve().parent.parent / "p4src" / "include"

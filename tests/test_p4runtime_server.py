@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from switch_harness import device_config, free_tcp_port, p4info
 
+from common import p4names
 from controller.client import NotPrimary, SwitchClient, SwitchUnreachable, WriteFailed
 from controller.p4info import P4InfoIndex
-from switch_model import surface
 from switch_model.crc16 import crc16
 from switch_model.dataplane import Dataplane
 from switch_model.p4runtime_server import (
@@ -66,9 +66,9 @@ def update(kind, entry):
 
 def route(ip: int, port: int):
     return INDEX.table_entry(
-        surface.LPM_TABLE,
+        p4names.LPM_TABLE,
         {"hdr.ipv4.dstAddr": (ip, 32)},
-        surface.SET_NHOP,
+        p4names.SET_NHOP,
         {"dmac": 0x020000000001, "port": port},
     )
 
@@ -108,15 +108,15 @@ def test_pipeline_round_trip_and_cookie(server, client):
 
 def test_a_p4info_the_model_does_not_implement_is_refused(server, client):
     changed = p4info()
-    changed.tables[0].preamble.name = f"{surface.INGRESS}.ipv4_routes"
-    (thresholds,) = [a for a in changed.actions if a.preamble.name == surface.SET_THRESHOLDS]
+    changed.tables[0].preamble.name = f"{p4names.INGRESS}.ipv4_routes"
+    (thresholds,) = [a for a in changed.actions if a.preamble.name == p4names.SET_THRESHOLDS]
     thresholds.params[0].bitwidth = 16
     with pytest.raises(grpc.RpcError) as err:
         client.set_pipeline(changed, device_config(), 8)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert f"unknown table {surface.INGRESS}.ipv4_routes" in err.value.details()
-    assert f"missing table {surface.LPM_TABLE}" in err.value.details()
-    assert f"action {surface.SET_THRESHOLDS} has params" in err.value.details()
+    assert f"unknown table {p4names.INGRESS}.ipv4_routes" in err.value.details()
+    assert f"missing table {p4names.LPM_TABLE}" in err.value.details()
+    assert f"action {p4names.SET_THRESHOLDS} has params" in err.value.details()
     assert client.get_pipeline().cookie.cookie == 7
 
 
@@ -210,7 +210,7 @@ def test_counters_read_modify_and_wildcards(server, client):
     service.dataplane.counters.trims[2] = 5
     service.dataplane.counters.tx_bytes[2] = 4154
     service.dataplane.counters.tx_packets[2] = 1
-    trims = index.counter(surface.PORT_TRIMS)
+    trims = index.counter(p4names.PORT_TRIMS)
     query = p4runtime_pb2.Entity()
     query.counter_entry.counter_id = trims.preamble.id
     entries = client.read([query])
@@ -221,7 +221,7 @@ def test_counters_read_modify_and_wildcards(server, client):
     tx = [
         e
         for e in everything
-        if e.counter_entry.counter_id == index.counter(surface.PORT_TX).preamble.id
+        if e.counter_entry.counter_id == index.counter(p4names.PORT_TX).preamble.id
     ]
     assert (tx[2].counter_entry.data.packet_count, tx[2].counter_entry.data.byte_count) == (1, 4154)
     reset = _Update(type=_Update.MODIFY)
@@ -235,10 +235,10 @@ def test_default_action_can_be_read_and_modified(server, client):
     service, _ = server
     index = P4InfoIndex(p4info())
     query = p4runtime_pb2.Entity()
-    query.table_entry.table_id = index.table_id(surface.LPM_TABLE)
+    query.table_entry.table_id = index.table_id(p4names.LPM_TABLE)
     query.table_entry.is_default_action = True
     (default,) = client.read([query])
-    assert default.table_entry.action.action.action_id == index.actions[surface.DROP].preamble.id
+    assert default.table_entry.action.action.action_id == index.actions[p4names.DROP].preamble.id
     entry = route(0, 2)
     del entry.match[:]
     entry.is_default_action = True
@@ -440,7 +440,7 @@ def set_config(client: SwitchClient, device: bytes) -> grpc.StatusCode:
 def test_only_forgive_p4s_bmv2_json_is_taken_as_device_config(server, client):
     other = json.loads(device_config())
     other["pipelines"][0]["tables"] = [
-        t for t in other["pipelines"][0]["tables"] if t["name"] != surface.LPM_TABLE
+        t for t in other["pipelines"][0]["tables"] if t["name"] != p4names.LPM_TABLE
     ]
     for device in (
         bytes(range(256)) * 4,
@@ -451,7 +451,7 @@ def test_only_forgive_p4s_bmv2_json_is_taken_as_device_config(server, client):
         json.dumps(other).encode(),
     ):
         assert set_config(client, device) == grpc.StatusCode.INVALID_ARGUMENT, device[:40]
-    with pytest.raises(grpc.RpcError, match="lacks table " + re.escape(surface.LPM_TABLE)):
+    with pytest.raises(grpc.RpcError, match="lacks table " + re.escape(p4names.LPM_TABLE)):
         client.set_pipeline(p4info(), json.dumps(other).encode(), 9)
     assert client.get_pipeline().cookie.cookie == 7
     assert set_config(client, device_config()) == grpc.StatusCode.OK

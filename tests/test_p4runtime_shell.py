@@ -16,6 +16,7 @@ import pytest
 from p4.v1 import p4runtime_pb2
 from switch_harness import Bmv2Process, free_tcp_port
 
+from common import p4names
 from controller import DEVICE_CONFIG, P4INFO, entries
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex, entry_action, entry_key, load_p4info
@@ -138,12 +139,12 @@ def test_shell_and_project_client_agree_on_every_table_and_counter(shell):
             assert identities(e.table_entry for e in reader.read([query])) == expected
 
         counts = {
-            surface.PORT_TX: (7, 7 * 4154),
-            surface.PORT_CE_MARKS: (3, 0),
-            surface.PORT_TRIMS: (2, 0),
-            surface.PORT_TRIM_TX: (1, 0),
-            surface.PORT_TRIM_DROPS: (1, 0),
-            surface.PORT_DROPS: (1, 0),
+            p4names.PORT_TX: (7, 7 * 4154),
+            p4names.PORT_CE_MARKS: (3, 0),
+            p4names.PORT_TRIMS: (2, 0),
+            p4names.PORT_TRIM_TX: (1, 0),
+            p4names.PORT_TRIM_DROPS: (1, 0),
+            p4names.PORT_DROPS: (1, 0),
         }
         for name, (packets, byte_count) in counts.items():
             counter = sh.CounterEntry(name)

@@ -18,9 +18,9 @@ import pytest
 from p4.v1 import p4runtime_pb2
 from switch_harness import Bmv2Process, device_config, free_tcp_port, p4info
 
+from common import p4names
 from controller.client import SwitchClient, SwitchUnreachable, WriteFailed
 from controller.p4info import P4InfoIndex
-from switch_model import surface
 from switch_model.dataplane import Dataplane
 from switch_model.p4runtime_server import SwitchService, serve
 
@@ -50,9 +50,9 @@ def switch(request) -> Iterator[tuple[str, SwitchClient]]:
 
 def route_to(ip: int, kind: int = _Update.INSERT, **change) -> p4runtime_pb2.Update:
     entry = INDEX.table_entry(
-        surface.LPM_TABLE,
+        p4names.LPM_TABLE,
         {"hdr.ipv4.dstAddr": (ip, 32)},
-        surface.SET_NHOP,
+        p4names.SET_NHOP,
         {"dmac": 0x020000000001, "port": 1},
     )
     for key, value in change.items():
@@ -82,9 +82,9 @@ def wide_match(client):
 
 def empty_match(client):
     entry = INDEX.table_entry(
-        surface.ECMP_TABLE,
+        p4names.ECMP_TABLE,
         {"meta.ecmp_group_id": 1, "meta.ecmp_member": 0},
-        surface.SET_NHOP,
+        p4names.SET_NHOP,
         {"dmac": 1, "port": 1},
     )
     entry.match[0].exact.value = b""
@@ -131,7 +131,7 @@ def random_device_config(client):
 def counter_update(index: int | None) -> p4runtime_pb2.Update:
     u = _Update(type=_Update.MODIFY)
     entry = u.entity.counter_entry
-    entry.counter_id = INDEX.counter(surface.PORT_TRIMS).preamble.id
+    entry.counter_id = INDEX.counter(p4names.PORT_TRIMS).preamble.id
     if index is not None:
         entry.index.index = index
     entry.data.packet_count = 7
@@ -142,7 +142,7 @@ def counter_without_index(client):
     code = write_code(client, counter_update(None))
     if code == "OK":
         query = p4runtime_pb2.Entity()
-        query.counter_entry.counter_id = INDEX.counter(surface.PORT_TRIMS).preamble.id
+        query.counter_entry.counter_id = INDEX.counter(p4names.PORT_TRIMS).preamble.id
         cells = [e.counter_entry.data.packet_count for e in client.read([query])]
         assert cells and set(cells) == {7}, "a MODIFY without index sets every cell"
     return code

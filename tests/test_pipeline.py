@@ -9,9 +9,9 @@ from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import Ether
 from switch_harness import p4info
 
+from common.wire import FORGIVE_UDP_PORT, TRIMMED_FRAME_LEN, Flag, Opcode
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
-from host_agent.wire import FORGIVE_UDP_PORT, TRIMMED_FRAME_LEN, Flag, Opcode
 from switch_model.counters import CounterArrays
 from switch_model.pipeline import Pipeline
 from switch_model.port import EgressPort

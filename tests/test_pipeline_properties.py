@@ -11,10 +11,10 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from switch_harness import p4info
 
+from common import p4names
+from common.wire import FORGIVE_UDP_PORT
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
-from host_agent.wire import FORGIVE_UDP_PORT
-from switch_model import surface
 from switch_model.counters import CounterArrays
 from switch_model.pipeline import Pipeline
 from switch_model.port import EgressPort
@@ -33,9 +33,9 @@ def insert(store: TableStore, entry: p4runtime_pb2.TableEntry, kind=p4runtime_pb
 
 def nhop(match: dict, port: int) -> p4runtime_pb2.TableEntry:
     return INDEX.table_entry(
-        surface.LPM_TABLE,
+        p4names.LPM_TABLE,
         match,
-        surface.SET_NHOP,
+        p4names.SET_NHOP,
         {"dmac": 0x02_00_00_00_00_00 | port, "port": port},
     )
 
@@ -77,9 +77,9 @@ def routed_pipeline() -> Pipeline:
     insert(
         store,
         INDEX.table_entry(
-            surface.THRESHOLD_TABLE,
+            p4names.THRESHOLD_TABLE,
             {"standard_metadata.egress_spec": 1},
-            surface.SET_THRESHOLDS,
+            p4names.SET_THRESHOLDS,
             {"data_queue_bytes": 6000, "ecn_kmin": 100, "ecn_kmax": 3000, "ecn_pmax": 30000},
         ),
     )

@@ -9,19 +9,18 @@ from google.protobuf import text_format
 from p4rt_store import Store, serve
 from tna_p4info import p4info
 
+from common.p4names import SET_TRIM_LENGTHS, TRIM_LENGTHS_TABLE
+from common.wire import TRIMMED_FRAME_LEN, Dscp
 from controller.tofino import (
     MIRROR_CFG,
     QID_LOW,
     QID_TRIM,
-    SET_TRIM_LENGTHS,
     TRIM_DSCP,
-    TRIM_LENGTHS_TABLE,
     TRIM_MIRROR_BYTES,
     cells,
     ecn_bands,
 )
 from controller.tofino_pipeline import CHIPS, device_data
-from host_agent.wire import TRIMMED_FRAME_LEN, Dscp
 from ptf_tests.p4rt_tna import TnaSwitchSession
 from switch_model.port import PRIO_HIGH, PRIO_LOW
 from switch_model.surface import SwitchTrimming, Thresholds

@@ -33,13 +33,13 @@ from switch_harness import (
     p4info,
 )
 
+from common.wire import ECN_ECT0, FORGIVE_UDP_PORT, PACKET_BYTES, Opcode
 from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
 from controller.shaping import apply_shaping
 from controller.topology import PortSpec, SwitchSpec
 from host_agent.scapy_layer import FTH
-from host_agent.wire import ECN_ECT0, FORGIVE_UDP_PORT, PACKET_BYTES, Opcode
 from switch_model.surface import PMAX_ONE, Thresholds
 
 pytestmark = [

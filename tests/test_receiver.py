@@ -3,8 +3,8 @@
 import pytest
 from helpers import data, only, parse, trim
 
+from common.wire import PACKET_BYTES, Flag, Opcode
 from host_agent.core import ForgiveReceiver, ReceiverPolicy
-from host_agent.wire import PACKET_BYTES, Flag, Opcode
 
 K = PACKET_BYTES
 FLOW = 7

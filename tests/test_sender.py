@@ -5,8 +5,8 @@ import itertools
 import pytest
 from helpers import ack, cnp, nack
 
+from common.wire import PACKET_BYTES, TRIMMED_FRAME_LEN, Flag, Opcode, decode
 from host_agent.core import EXEMPT, OBEYING, DcqcnParams, DcqcnRate, ForgiveSender, new_rate
-from host_agent.wire import PACKET_BYTES, TRIMMED_FRAME_LEN, Flag, Opcode, decode
 
 K = PACKET_BYTES
 GBPS = 1e9

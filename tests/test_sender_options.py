@@ -9,8 +9,8 @@ import pytest
 from helpers import ack, cnp
 from link import Impairments, Link
 
+from common.wire import PACKET_BYTES, decode
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
-from host_agent.wire import PACKET_BYTES, decode
 from topologies.fabric import FabricError, parse, plan, preset, with_scaling
 from topologies.options import with_regime
 from topologies.runner import bdp_bytes

@@ -20,12 +20,12 @@ from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.l2 import Ether
 from switch_harness import ModelProcess, VethSet, can_use_netns, device_config, p4info
 
+from common import p4names
+from common.wire import FORGIVE_UDP_PORT, PACKET_BYTES, TRIMMED_FRAME_LEN, Flag, Opcode
 from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
-from host_agent.wire import FORGIVE_UDP_PORT, PACKET_BYTES, TRIMMED_FRAME_LEN, Flag, Opcode
-from switch_model import surface
 from switch_model.crc16 import crc16
 from switch_model.surface import Thresholds
 
@@ -135,7 +135,7 @@ def test_lpm_forwarding_rewrites_macs_ttl_and_checksum(rig):
     assert parsed[IP].ttl == 63 and parsed[IP].dst == "10.0.2.2"
     assert checksum_ok(on2) and checksum_ok(on3)
     assert Ether(on3).dst == "02:00:00:00:00:03"
-    assert rig.counter(surface.PORT_TX, 2) == (1, len(on2))
+    assert rig.counter(p4names.PORT_TX, 2) == (1, len(on2))
 
 
 def test_unrouted_and_ttl_expired_are_dropped(rig):
@@ -146,7 +146,7 @@ def test_unrouted_and_ttl_expired_are_dropped(rig):
     assert rig.port(2).receive(timeout=0.3) == []
     dropped = rig.model.stats()["dropped"]
     assert dropped == {"no route": 1, "TTL expired": 1}
-    assert rig.counter(surface.PORT_DROPS, 2)[0] == 1, "only the routed one has a port"
+    assert rig.counter(p4names.PORT_DROPS, 2)[0] == 1, "only the routed one has a port"
 
 
 def test_ecmp_member_is_bmv2_crc16_of_the_five_fields(rig):
@@ -194,8 +194,8 @@ def test_full_data_queue_trims_to_58_bytes_sent_ahead_of_data(rig):
         assert checksum_ok(frame)
     seqs = sorted(Ether(f)[FTH].seq for f in frames)
     assert seqs == [i * PACKET_BYTES for i in range(12)]
-    assert rig.counter(surface.PORT_TRIMS, 2)[0] == len(trimmed)
-    assert rig.counter(surface.PORT_TX, 2) == (12, 12 * len(burst[0])), "bytes as received"
+    assert rig.counter(p4names.PORT_TRIMS, 2)[0] == len(trimmed)
+    assert rig.counter(p4names.PORT_TX, 2) == (12, 12 * len(burst[0])), "bytes as received"
 
 
 def test_ecn_step_marks_ect_data_only(rig):
@@ -207,7 +207,7 @@ def test_ecn_step_marks_ect_data_only(rig):
     ecn = sorted(Ether(f)[IP].tos & 3 for f in frames)
     assert ecn == [0, 3]
     assert all(checksum_ok(f) for f in frames)
-    assert rig.counter(surface.PORT_CE_MARKS, 2)[0] == 1
+    assert rig.counter(p4names.PORT_CE_MARKS, 2)[0] == 1
 
 
 def test_ecn_probability_follows_the_red_ramp(rig):
@@ -219,7 +219,7 @@ def test_ecn_probability_follows_the_red_ramp(rig):
     for _ in range(41):
         rig.port(1).send(frame)
     rig.model.wait_received(41)
-    marks = rig.counter(surface.PORT_CE_MARKS, 2)[0]
+    marks = rig.counter(p4names.PORT_CE_MARKS, 2)[0]
     # a backlog of i frames marks the next one with probability pmax*(occ-kmin)/(kmax-kmin)
     # below kmax and certainly from kmax on: about 0.5*9.5 + 20 over the burst.
     expected = sum(
@@ -237,8 +237,8 @@ def test_non_fth_traffic_is_tail_dropped_not_trimmed(rig):
         rig.port(1).send(plain_udp(size=1000, sport=5000 + i))
     frames = rig.port(2).receive(timeout=1.0)
     assert 1 <= len(frames) < 6 and all(len(f) == len(frames[0]) for f in frames)
-    assert rig.counter(surface.PORT_DROPS, 2)[0] == 6 - len(frames)
-    assert rig.counter(surface.PORT_TRIMS, 2)[0] == 0
+    assert rig.counter(p4names.PORT_DROPS, 2)[0] == 6 - len(frames)
+    assert rig.counter(p4names.PORT_TRIMS, 2)[0] == 0
 
 
 def scheduling_jitter(samples: int = 50, nap: float = 1e-3) -> float:
@@ -330,7 +330,7 @@ def test_malformed_frames_are_counted_and_dropped_while_forwarding_continues(rig
     assert [Ether(f)[FTH].length for f in frames] == [100]
     dropped = rig.model.stats()["dropped"]
     assert dropped["malformed"] == len(AT_PORT)
-    assert rig.counter(surface.PORT_DROPS, 2)[0] == len(AT_PORT)
+    assert rig.counter(p4names.PORT_DROPS, 2)[0] == len(AT_PORT)
     unrouted = sum(len(v) for v in UNROUTED.values())
     assert sum(dropped.values()) == unrouted + len(AT_PORT) + 200
     assert rig.model.proc.poll() is None

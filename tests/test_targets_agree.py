@@ -18,11 +18,11 @@ from switch_harness import (
     p4info,
 )
 
+from common.wire import FORGIVE_UDP_PORT
 from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
-from host_agent.wire import FORGIVE_UDP_PORT
 
 pytestmark = [
     pytest.mark.netns,

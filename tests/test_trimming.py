@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common import p4names
+from common.wire import Flag, Fth, Opcode
 from controller.fabric_control import switch_defaults, switch_entries
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, load_p4info
 from controller.topology import parse
@@ -21,7 +23,6 @@ from host_agent.cli import agent_arguments, config_from
 from host_agent.endpoint import Endpoint, EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
-from host_agent.wire import Flag, Fth, Opcode
 from switch_model import surface
 from switch_model.surface import SwitchTrimming
 from topologies.cli import main
@@ -72,17 +73,17 @@ def test_without_a_section_the_switch_trims_as_it_always_did():
     assert fabric.trimming == DEFAULT
     assert DEFAULT.switch_trimming == surface.DEFAULT_TRIMMING == SwitchTrimming(58, 1)
     trimming_tables = {
-        surface.TRIM_ELIGIBILITY_TABLE,
-        surface.TRIM_ACL_TABLE,
-        surface.TRIM_DSCP_TABLE,
-        surface.TRIM_QUEUE_TABLE,
+        p4names.TRIM_ELIGIBILITY_TABLE,
+        p4names.TRIM_ACL_TABLE,
+        p4names.TRIM_DSCP_TABLE,
+        p4names.TRIM_QUEUE_TABLE,
     }
     for switch in ("s1", "s2"):
         assert not {t for t, _ in names(switch_entries(fabric, INDEX, switch))} & trimming_tables
         defaults = switch_defaults(fabric, INDEX, switch)
         assert names(defaults) == [
-            (surface.SWITCH_TRIMMING_TABLE, surface.NO_ACTION),
-            (surface.TRIM_DSCP_TABLE, surface.NO_ACTION),
+            (p4names.SWITCH_TRIMMING_TABLE, p4names.NO_ACTION),
+            (p4names.TRIM_DSCP_TABLE, p4names.NO_ACTION),
         ]
     assert fabric.trim_locations() == {}
 
@@ -100,7 +101,7 @@ def test_asymmetric_dscp_resolves_per_port_by_what_it_faces():
     entries = [
         e
         for e in switch_entries(fabric, INDEX, "s1")
-        if e.table_id == INDEX.table_id(surface.TRIM_DSCP_TABLE)
+        if e.table_id == INDEX.table_id(p4names.TRIM_DSCP_TABLE)
     ]
     assert sorted(entry_action(e)[1][0][1] for e in entries) == [3, 7]
     # a port's own binding wins over its role's; a DSCP both roles use locates nothing
@@ -129,10 +130,10 @@ def test_every_knob_becomes_its_entry():
     )
     entries = switch_entries(fabric, INDEX, "s1")
     got = names(entries)
-    assert got.count((surface.TRIM_ELIGIBILITY_TABLE, surface.DISABLE_TRIM)) == 1
-    assert got.count((surface.TRIM_QUEUE_TABLE, surface.SET_TRIM_QUEUE_BYTES)) == 2
-    assert (surface.TRIM_DSCP_TABLE, surface.SET_TRIM_DSCP) not in got, "one DSCP: the default"
-    acl = [e for e in entries if e.table_id == INDEX.table_id(surface.TRIM_ACL_TABLE)]
+    assert got.count((p4names.TRIM_ELIGIBILITY_TABLE, p4names.DISABLE_TRIM)) == 1
+    assert got.count((p4names.TRIM_QUEUE_TABLE, p4names.SET_TRIM_QUEUE_BYTES)) == 2
+    assert (p4names.TRIM_DSCP_TABLE, p4names.SET_TRIM_DSCP) not in got, "one DSCP: the default"
+    acl = [e for e in entries if e.table_id == INDEX.table_id(p4names.TRIM_ACL_TABLE)]
     assert [e.priority for e in acl] == [2, 1], "the first rule is the highest"
     src, dscp = acl[0].match
     assert (src.ternary.value, src.ternary.mask) == (
@@ -401,9 +402,9 @@ def test_forgive_ctl_counters_trim_prints_sais_three_counters(tmp_path, capsys):
         client.set_pipeline(INDEX.p4info, device_config(), 1)
         updates = []
         for name, value in (
-            (surface.PORT_TRIMS, 9),
-            (surface.PORT_TRIM_TX, 7),
-            (surface.PORT_TRIM_DROPS, 2),
+            (p4names.PORT_TRIMS, 9),
+            (p4names.PORT_TRIM_TX, 7),
+            (p4names.PORT_TRIM_DROPS, 2),
         ):
             update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.MODIFY)
             entry = update.entity.counter_entry

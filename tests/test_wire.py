@@ -8,9 +8,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
-from host_agent import dissect
-from host_agent.scapy_layer import FTH
-from host_agent.wire import (
+from common.wire import (
     FORGIVE_UDP_PORT,
     FTH_LEN,
     PACKET_BYTES,
@@ -20,6 +18,8 @@ from host_agent.wire import (
     Opcode,
     decode,
 )
+from host_agent import dissect
+from host_agent.scapy_layer import FTH
 
 
 def data(seq=0, length=100, total=1000, flags=0, payload=None):

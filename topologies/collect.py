@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from common import records
 from topologies.results import RunResult, StepResult
 from workload.lossrecord import LossRecord, LossRecordError, StepClass, assemble
 
@@ -44,9 +45,9 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 
 def _steps(train: dict[str, list[dict[str, Any]]]) -> list[StepResult]:
     by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for records in train.values():
-        for rec in records:
-            if rec.get("type") == "train_step":
+    for lines in train.values():
+        for rec in lines:
+            if rec.get(records.TYPE) == records.TRAIN_STEP:
                 by_step[rec["step"]].append(rec)
     steps = []
     for step in sorted(by_step):
@@ -95,10 +96,10 @@ def _exemption(sends: list[dict[str, Any]]) -> dict[str, float]:
 
 def loss_record(train: dict[str, list[dict[str, Any]]]) -> LossRecord:
     """Every rank's loss lines as one record, checked against what each rank said it lost per step."""
-    records = [rec for recs in train.values() for rec in recs]
+    lines = [rec for recs in train.values() for rec in recs]
     by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for rec in records:
-        if rec.get("type") == "train_step":
+    for rec in lines:
+        if rec.get(records.TYPE) == records.TRAIN_STEP:
             by_step[rec["step"]].append(rec)
     steps = [
         StepClass(step, any(r["critical"] for r in recs), max(r["p"] for r in recs))
@@ -106,8 +107,8 @@ def loss_record(train: dict[str, list[dict[str, Any]]]) -> LossRecord:
     ]
     try:
         record = assemble(
-            [r for r in records if r.get("type") == "loss_layout"],
-            [r for r in records if r.get("type") == "loss"],
+            [r for r in lines if r.get(records.TYPE) == records.LOSS_LAYOUT],
+            [r for r in lines if r.get(records.TYPE) == records.LOSS],
             steps,
             ENGINE,
         )
@@ -144,10 +145,10 @@ def collect(
     steps = _steps(train)
     if not steps:
         raise CollectError("no training step was recorded")
-    sends = [r for r in stats if r["type"] == "flow_send"]
-    recvs = [r for r in stats if r["type"] == "flow_recv"]
+    sends = [r for r in stats if r[records.TYPE] == records.FLOW_SEND]
+    recvs = [r for r in stats if r[records.TYPE] == records.FLOW_RECV]
     step_time = {
-        host: sum(r["step_time"] for r in recs if r.get("type") == "train_step")
+        host: sum(r["step_time"] for r in recs if r.get(records.TYPE) == records.TRAIN_STEP)
         for host, recs in train.items()
     }
     switch_total = defaultdict(int)
@@ -157,7 +158,7 @@ def collect(
     gradient_recvs = [r for r in recvs if r["traffic_class"] == "gradient"]
     loss = loss_record(train)
     located: dict[str, int] = defaultdict(int)
-    for agent in (r for r in stats if r["type"] == "agent"):
+    for agent in (r for r in stats if r[records.TYPE] == records.AGENT):
         for key, value in agent.items():
             if key.startswith(TRIMS_AT):
                 located[key[len(TRIMS_AT) :]] += value
@@ -184,7 +185,7 @@ def collect(
         # The first change is a flow's start of exemption; every later one is a toggle.
         exemption_toggles=[r["mode_changes"] - 1 for r in sends if r["mode_changes"] >= 1],
         tp_completion_s=[r["duration"] for r in recvs if r["traffic_class"] == "tensor-parallel"],
-        bound_violations=sum(1 for r in stats if r["type"] == "bound_violation"),
+        bound_violations=sum(1 for r in stats if r[records.TYPE] == records.BOUND_VIOLATION),
         switch_counters={k: dict(v) for k, v in switch_counters.items()},
         timeline=list(timeline),
         loss=loss.to_json(),
@@ -201,10 +202,12 @@ def collect(
             "flows_sent": len(sends),
             "flows_received": len(recvs),
             "flows_shed": sum(
-                1 for r in stats if r["type"] == "flow_shed" and r["event"] == "send_done"
+                1
+                for r in stats
+                if r[records.TYPE] == records.FLOW_SHED and r["event"] == "send_done"
             ),
             "trims_seen_by_receivers": sum(
-                r["core_rx"]["trimmed"] for r in stats if r["type"] == "agent"
+                r["core_rx"]["trimmed"] for r in stats if r[records.TYPE] == records.AGENT
             ),
             "trims_at_switches": switch_total["trims"],
             "trims_sent_at_switches": switch_total["trim_tx"],

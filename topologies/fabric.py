@@ -47,12 +47,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from common.wire import PACKET_BYTES
 from controller import trimming as trim_section
 from controller.p4info import ConfigError
 from controller.topology import MAX_RATE_BPS, Fabric
 from controller.topology import parse as parse_description
 from controller.trimming import Trimming
-from host_agent.wire import PACKET_BYTES
 from switch_model.surface import PMAX_ONE, Thresholds
 from topologies.scaling import Scaling, ScalingError
 from workload.plan import MAX_RANKS

@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from common import records
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import parse as parse_description
 from controller.topology import switch_port_mac
@@ -266,7 +267,7 @@ def _steps_done(paths: list[Path]) -> int:
     for path in paths:
         if not path.exists():
             return 0
-        steps = [r["step"] for r in read_jsonl(path) if r.get("type") == "train_step"]
+        steps = [r["step"] for r in read_jsonl(path) if r.get(records.TYPE) == records.TRAIN_STEP]
         done.append(max(steps, default=0))
     return min(done, default=0)
 

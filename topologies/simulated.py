@@ -21,6 +21,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from common import records
 from controller.topology import parse as parse_description
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
@@ -133,7 +134,7 @@ def run_simulated(
         failed = [r for r in ranks if r.failed]
         for h in sim.hosts:
             h.endpoint.log.write(
-                "agent", sim.now, **h.endpoint.summary(), unresolved_drops=h.neighbors.dropped
+                records.AGENT, sim.now, **h.endpoint.summary(), unresolved_drops=h.neighbors.dropped
             )
         counters = sim.switch_totals()
         progress.update(config.workload.steps, sum(t["trims"] for t in counters.values()))

@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from common import records
 from topologies.collect import read_jsonl
 
 SAMPLE_EVERY_S = 0.25
@@ -105,7 +106,7 @@ def steps_done(run_dir: Path) -> int:
         return 0
     done = []
     for path in files:
-        steps = [r["step"] for r in read_jsonl(path) if r.get("type") == "train_step"]
+        steps = [r["step"] for r in read_jsonl(path) if r.get(records.TYPE) == records.TRAIN_STEP]
         done.append(max(steps, default=0))
     return min(done)
 

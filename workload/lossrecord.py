@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from host_agent.wire import PACKET_BYTES
+from common import records
+from common.wire import PACKET_BYTES
 from workload.plan import (
     Kind,
     Message,
@@ -294,7 +295,7 @@ class LossRecord:
 
 def _strip(doc: Mapping[str, Any]) -> dict[str, Any]:
     """A record line without the fields every training record carries."""
-    return {k: v for k, v in doc.items() if k not in ("type", "rank")}
+    return {k: v for k, v in doc.items() if k not in (records.TYPE, "rank")}
 
 
 def assemble(

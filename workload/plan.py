@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import IntEnum
 from typing import Any
 
-from host_agent.frames import ip_bytes
+from common.frames import ip_bytes
 
 MAX_STEPS = 1 << 12
 MAX_RANKS = 1 << 7

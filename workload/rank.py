@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
+from common import records
 from host_agent.core import (
     AccordionDetector,
     CriticalRegimeDetector,
@@ -146,7 +147,7 @@ class Rank:
     def start(self, now: float) -> None:
         """Register step 1 and the start-up barrier, then wait for every rank to be up."""
         self.started = now
-        self._record("loss_layout", **Layout.of(self.cfg).to_json())
+        self._record(records.LOSS_LAYOUT, **Layout.of(self.cfg).to_json())
         self._classify_and_begin(1, now)
         barrier = self._plan(0)
         for msg in barrier.barrier_recvs:
@@ -211,7 +212,7 @@ class Rank:
         return plan
 
     def _record(self, kind: str, **fields: Any) -> None:
-        record = {"type": kind, "rank": self.cfg.rank, **fields}
+        record = {records.TYPE: kind, "rank": self.cfg.rank, **fields}
         self.out.write(json.dumps(record) + "\n")
         self.out.flush()
 
@@ -253,7 +254,7 @@ class Rank:
         """The loss record's entry for a gradient flow that gave up bytes (workload.lossrecord)."""
         entry = entry_from_completion(self.cfg, self.messages.get(event.flow), record(event))
         if entry is not None:
-            self._record("loss", **entry.to_json())
+            self._record(records.LOSS, **entry.to_json())
 
     def _check_content(self, event: RecvDone) -> None:
         msg = self.messages.get(event.flow)
@@ -279,12 +280,12 @@ class Rank:
             )
         self.totals["content_errors"] += 1
         self._warn(f"CONTENT ERROR at rank {self.cfg.rank}: {problem}")
-        self._record("content_error", flow=msg.flow, problem=problem)
+        self._record(records.CONTENT_ERROR, flow=msg.flow, problem=problem)
 
     def _fail(self, reason: str, now: float) -> None:
         if self.failure is None:
             self.failure = reason
-            self._record("train_failed", reason=reason, time=now - self.started)
+            self._record(records.TRAIN_FAILED, reason=reason, time=now - self.started)
         self.finished = True
 
     # ----- the training loop ---------------------------------------------------------
@@ -357,7 +358,7 @@ class Rank:
         self.totals["shed_sent"] += shed_sent
         self.totals["retransmitted"] += retx
         self._record(
-            "train_step",
+            records.TRAIN_STEP,
             step=step,
             critical=self.critical[step],
             p=state["p"],
@@ -420,7 +421,7 @@ class Rank:
     def _finish(self, now: float) -> None:
         expected = self.totals["expected"]
         self._record(
-            "train_done",
+            records.TRAIN_DONE,
             steps=self.cfg.steps,
             total_time=now - self.started,
             grad_expected=expected,

@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from host_agent.wire import PACKET_BYTES
+from common.wire import PACKET_BYTES
 
 CONTROLS = ("dcqcn", "nscc")
 """The congestion controls a sender can run (`--cc`): DCQCN (its profile chosen by

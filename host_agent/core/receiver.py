@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from host_agent.core.scoreboard import SETTLED, RangeMap, State
-from host_agent.wire import (
+from common.wire import (
     FTH_LEN,
     FTH_STRUCT,
     FTH_VERSION,
@@ -25,6 +24,7 @@ from host_agent.wire import (
     Opcode,
     check_fields,
 )
+from host_agent.core.scoreboard import SETTLED, RangeMap, State
 
 _VO_ACK = (FTH_VERSION << 4) | Opcode.ACK
 _VO_NACK = (FTH_VERSION << 4) | Opcode.NACK
@@ -150,7 +150,7 @@ class ForgiveReceiver:
     `poll` returns the CNPs that fall due at the end of a notification interval.
 
     Every packet it drops is counted once in `rejected`, by reason: "short" and
-    "bad_header" (fails `host_agent.wire.check_fields`), "out_of_range" (a DATA range
+    "bad_header" (fails `common.wire.check_fields`), "out_of_range" (a DATA range
     past the flow's length), "not_data" (control packets belong to the sender),
     "unknown_flow", and "total_mismatch" (a DATA whose length field disagrees with
     the flow's total).

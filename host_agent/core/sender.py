@@ -18,10 +18,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from host_agent.core.dcqcn import DcqcnParams, DcqcnRate, LineRate, NicDcqcnRate, new_rate
-from host_agent.core.nscc import NsccParams, NsccWindow
-from host_agent.core.scoreboard import AckedRanges
-from host_agent.wire import (
+from common.wire import (
     FTH_LEN,
     FTH_STRUCT,
     FTH_VERSION,
@@ -32,6 +29,9 @@ from host_agent.wire import (
     Opcode,
     check_fields,
 )
+from host_agent.core.dcqcn import DcqcnParams, DcqcnRate, LineRate, NicDcqcnRate, new_rate
+from host_agent.core.nscc import NsccParams, NsccWindow
+from host_agent.core.scoreboard import AckedRanges
 
 OBEYING = "obeying"
 EXEMPT = "exempt"

@@ -1,5 +1,5 @@
 /* Numbers of the FORGIVE wire format and of the switch's queueing, stated once more
- * for P4: tests/test_p4_constants.py holds them to host_agent/wire.py and switch_model. */
+ * for P4: tests/test_p4_constants.py holds them to common/wire.py and switch_model. */
 #ifndef FORGIVE_CONSTANTS_P4
 #define FORGIVE_CONSTANTS_P4
 

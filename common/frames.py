@@ -13,7 +13,7 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from host_agent.wire import (
+from common.wire import (
     ECN_CE,
     ECN_MASK,
     ETH_LEN,
