@@ -35,6 +35,7 @@ run: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # A soak (root: Mininet): forgive run for 200 steps on the switch model (and BMv2 where
@@ -47,6 +48,7 @@ soak: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: setup
 	$(BIN)/ruff check --fix .

@@ -130,7 +130,7 @@ def measure_agent(
             SENDER_CPU if host is a else RECEIVER_CPU,
             sys.executable,
             "-m",
-            "host_agent.cli",
+            "commands.agent",
             "--iface",
             host.iface,
             "--api",

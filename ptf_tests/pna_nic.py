@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from controller import nic
-from ptf_tests.targets import PtfTarget, register, wait_for_listen
+from ptf_tests.target import PtfTarget, wait_for_listen
 from topologies.processes import stop_process
 
 NETWORK_PORT = 1
 HOST_PORT = 2
 
 
-@register
 class PnaNicTarget(PtfTarget):
     """BMv2 pna_nic running forgive_nic.p4 from the start."""
 

@@ -5,7 +5,7 @@ and takes its pipeline and entries over P4Runtime on a gRPC port. Everything
 else the suite needs from a target that P4Runtime cannot express (queue drain
 rates) goes through `set_queue_rate`. A NIC target (ptf_tests/pna_nic.py) runs
 the NIC program and its own PTF module instead. Adding a target is writing one
-subclass and decorating it with `@register`.
+subclass of ptf_tests.target's and naming it in TARGETS.
 """
 
 from __future__ import annotations
@@ -14,108 +14,14 @@ import shutil
 import subprocess
 import sys
 import time
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import ClassVar
 
-from controller import DEVICE_CONFIG, P4INFO
+from ptf_tests.pna_nic import PnaNicTarget
+from ptf_tests.target import Endpoint, PtfTarget, SwitchTarget, wait_for_listen
+from ptf_tests.tofino_model import TofinoModelTarget
 from switch_model.port import PRIO_LOW
 from topologies.processes import stop_process
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a running switch lives: enough to reach it from another process."""
-
-    netns: str
-    ports: dict[int, str]
-    """Switch port number -> interface name inside `netns`."""
-    grpc_port: int
-    aux_port: int
-    """A second TCP port for a target's own management channel (BMv2: Thrift)."""
-    log_dir: Path = field(default=Path("/tmp"))
-
-    @property
-    def grpc_addr(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
-
-
-class PtfTarget(ABC):
-    """One kind of device the PTF suite drives. Construct with an Endpoint; `start` only
-    in the harness."""
-
-    name: ClassVar[str]
-    arch: ClassVar[str] = "v1model"
-    """The P4 architecture of its program: "v1model" (p4src/forgive.p4), "tna"
-    (p4src/tna/forgive.p4) or "pna" (p4src/pna/forgive_nic.p4). Tests branch on it
-    where the targets differ."""
-    ptf_specs: ClassVar[tuple[str, ...]] = ()
-    """The PTF tests or groups it runs when none are named; () is PTF's standard
-    group, which holds the switch suite."""
-
-    @classmethod
-    def pipeline(cls) -> tuple[Path, Path]:
-        """The P4Info and device config the suite pushes to this target."""
-        return P4INFO, DEVICE_CONFIG
-
-    def __init__(self, endpoint: Endpoint) -> None:
-        self.endpoint = endpoint
-
-    @classmethod
-    @abstractmethod
-    def missing(cls) -> str | None:
-        """Why this target cannot run on this machine, or None if it can."""
-
-    @abstractmethod
-    def start(self, timeout: float = 30.0) -> None:
-        """Start the target on the endpoint's interfaces, return once its control channel
-        (P4Runtime for a switch) listens."""
-
-    @abstractmethod
-    def stop(self) -> None:
-        """Stop the target; safe to call twice or after a failed start."""
-
-
-class SwitchTarget(PtfTarget):
-    """One kind of switch: P4Runtime, plus paced queues."""
-
-    @abstractmethod
-    def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:
-        """Drain one priority queue of `port` at `pps` packets per second (0: unlimited)."""
-
-
-TARGETS: dict[str, type[PtfTarget]] = {}
-
-
-def register(cls: type[PtfTarget]) -> type[PtfTarget]:
-    TARGETS[cls.name] = cls
-    return cls
-
-
-def switch_targets() -> list[str]:
-    """The registered targets that are switches, by name."""
-    return sorted(name for name, cls in TARGETS.items() if issubclass(cls, SwitchTarget))
-
-
-def wait_for_listen(netns: str, port: int, deadline: float, proc: subprocess.Popen) -> None:
-    """Block until something in `netns` listens on TCP `port`, or fail with the reason."""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"switch exited with status {proc.returncode} before listening")
-        out = subprocess.run(
-            ["ip", "netns", "exec", netns, "ss", "-Hltn", f"sport = :{port}"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout
-        if out.strip():
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"nothing listened on port {port} in {netns} in time")
-
-
-@register
 class Bmv2Target(SwitchTarget):
     """BMv2 simple_switch_grpc with two strict-priority queues per port."""
 
@@ -189,7 +95,6 @@ def bmv2_cli(ep: Endpoint, command: str) -> None:
         raise RuntimeError(f"{Bmv2Target.CLI} {command!r} failed: {res.stdout}{res.stderr}".strip())
 
 
-@register
 class ModelTarget(SwitchTarget):
     """The Python switch model (`forgive-switch`): same P4Runtime, queue rates on its socket.
 
@@ -215,7 +120,7 @@ class ModelTarget(SwitchTarget):
 
     def start(self, timeout: float = 30.0) -> None:
         ep = self.endpoint
-        cmd = ["ip", "netns", "exec", ep.netns, sys.executable, "-m", "switch_model.cli"]
+        cmd = ["ip", "netns", "exec", ep.netns, sys.executable, "-m", "commands.switch"]
         cmd += ["--name", ep.netns, "--device-id", "0", "--grpc", ep.grpc_addr]
         cmd += ["--control", self.control_path]
         for port, ifname in sorted(ep.ports.items()):
@@ -237,5 +142,12 @@ class ModelTarget(SwitchTarget):
         )
 
 
-# Targets defined in modules of their own register when imported here.
-from ptf_tests import pna_nic, tofino_model  # noqa: E402, F401
+TARGETS: dict[str, type[PtfTarget]] = {
+    cls.name: cls for cls in (ModelTarget, Bmv2Target, TofinoModelTarget, PnaNicTarget)
+}
+"""Every target the suite can run, by name."""
+
+
+def switch_targets() -> list[str]:
+    """The targets that are switches, by name."""
+    return sorted(name for name, cls in TARGETS.items() if issubclass(cls, SwitchTarget))

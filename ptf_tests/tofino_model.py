@@ -26,7 +26,7 @@ from typing import ClassVar
 from controller.bfrt_tm import TmSession, TmUnavailable, bfrt_client
 from controller.tofino import QID_HIGH, QID_LOW, queue_buffer
 from controller.tofino_pipeline import CHIPS, device_config_path, p4info_path
-from ptf_tests.targets import SwitchTarget, register, wait_for_listen
+from ptf_tests.target import SwitchTarget, wait_for_listen
 from switch_model.port import PRIO_HIGH, PRIO_LOW
 from topologies.processes import stop_process
 
@@ -41,7 +41,6 @@ def sde_install() -> Path | None:
     return Path(value) if value else None
 
 
-@register
 class TofinoModelTarget(SwitchTarget):
     """tofino-model with bf_switchd's P4Runtime server (Tofino 1)."""
 

@@ -176,7 +176,7 @@ class ModelProcess:
         return self.workdir / f"forgive-{self.name}-{self.grpc_port}.log"
 
     def start(self, timeout: float = 10.0) -> ModelProcess:
-        args = [sys.executable, "-m", "switch_model.cli", "--name", self.name]
+        args = [sys.executable, "-m", "commands.switch", "--name", self.name]
         for port, ifname in self.interfaces.items():
             args += ["-i", f"{port}={ifname}"]
         args += ["--grpc", self.grpc, "--device-id", str(self.device_id), "--control", self.control]

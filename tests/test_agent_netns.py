@@ -31,7 +31,7 @@ def start_agent(lab: Lab, host: Host, *extra: str) -> AgentClient:
     sock = lab.workdir / f"{host.name}.sock"
     lab.python(
         host.ns,
-        "host_agent.cli",
+        "commands.agent",
         "--iface",
         host.iface,
         "--api",
@@ -161,7 +161,7 @@ def test_an_interface_with_a_small_mtu_is_refused(lab):
     agent = [
         sys.executable,
         "-m",
-        "host_agent.cli",
+        "commands.agent",
         "--iface",
         a.iface,
         "--api",
@@ -339,7 +339,7 @@ def train(lab: Lab, hosts, gw, policy: str, *args: str) -> list[dict]:
         procs.append(
             lab.python(
                 h.ns,
-                "workload.train",
+                "commands.train",
                 "--iface",
                 h.iface,
                 "--gateway-mac",
@@ -439,7 +439,7 @@ def test_a_flow_to_a_silent_peer_fails_visibly(lab):
     assert event["dst"] == b.ip and event["acked_bytes"] == 0 and event["rtos"] >= 3
     assert ok(tx.call("stats"))["counters"]["flows_failed"] == 1
     assert [r["flow"] for r in records(lab, "a.jsonl") if r["type"] == "flow_failed"] == [5]
-    trainer = [sys.executable, "-m", "workload.train", "--iface", a.iface, *fast]
+    trainer = [sys.executable, "-m", "commands.train", "--iface", a.iface, *fast]
     trainer += ["--ranks", f"{a.ip},{b.ip}", "--rank", "0", "--stats", "-", "--out", "-"]
     result = subprocess.run(
         ["ip", "netns", "exec", a.ns, *trainer], capture_output=True, text=True, timeout=60

@@ -104,7 +104,7 @@ def test_a_folder_whose_configuration_differs_is_not_taken(tmp_path):
 
 
 def test_compare_with_a_cache_runs_once_and_links_the_runs(tmp_path, capsys):
-    from topologies.cli import main
+    from commands.forgive import main
 
     args = ["compare", "--engine", "sim", "--fabric", "2to1", "--steps", "2", "--byte-scale", "64"]
     args += ["--policies", "tight,forgive", "--seeds", "1", "--cache", str(tmp_path / "cache")]
@@ -122,7 +122,7 @@ def test_compare_with_a_cache_runs_once_and_links_the_runs(tmp_path, capsys):
 def test_a_dask_cluster_fills_the_cache_and_a_second_study_reads_it(tmp_path, capsys):
     from distributed import LocalCluster
 
-    from topologies.cli import main
+    from commands.forgive import main
 
     args = ["compare", "--engine", "sim", "--fabric", "2to1", "--steps", "2", "--byte-scale", "64"]
     args += ["--policies", "tight,forgive", "--seeds", "1", "--cache", str(tmp_path / "cache")]

@@ -21,9 +21,9 @@ from switch_harness import (
     p4info_path,
 )
 
+from commands import ctl as cli
 from common import p4names
 from common.wire import FORGIVE_UDP_PORT
-from controller import cli
 from controller.client import SwitchClient, SwitchUnreachable
 from controller.fabric_control import FabricController
 from controller.p4info import ConfigError

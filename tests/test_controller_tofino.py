@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from p4rt_store import Store, serve
 from tna_p4info import committed, p4info, stand_in, surface
 
+from commands import ctl as cli
 from common.p4names import ECN_TABLE, SET_TRIM_LENGTHS, TRIM_LENGTHS_TABLE
 from common.wire import TRIMMED_FRAME_LEN
-from controller import cli
 from controller.p4info import ConfigError, load_p4info
 from controller.tofino import (
     ALL_PIPES,

@@ -21,7 +21,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
     pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
 ]
-FORGIVE = [sys.executable, "-m", "topologies.cli"]
+FORGIVE = [sys.executable, "-m", "commands.forgive"]
 SHORT = ["--steps", "3", "--grad-mib", "32", "--timeout", "120"]
 OUR_INTERFACES = re.compile(r"\b(?:leaf|spine)\d+-eth\d+")
 OUR_PROCESSES = re.compile(
@@ -208,7 +208,7 @@ def test_a_rank_that_dies_ends_the_run_at_once_even_behind_a_live_one(tmp_path, 
 
 
 def test_a_switch_that_dies_ends_the_run_in_one_line(tmp_path, clean):
-    proc, err, _ = _end_of_run_after(tmp_path / "results", "switch_model.cli --name leaf1 ")
+    proc, err, _ = _end_of_run_after(tmp_path / "results", "commands.switch --name leaf1 ")
     assert proc.returncode == 1, err
     assert "Traceback" not in err, err
     last = err.strip().splitlines()[-1]

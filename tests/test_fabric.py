@@ -2,7 +2,7 @@ import tracemalloc
 
 import pytest
 
-from topologies.cli import main
+from commands.forgive import main
 from topologies.fabric import PRESETS, FabricError, load, plan, preset
 from topologies.scaling import Scaling, ScalingError
 
@@ -143,7 +143,7 @@ def test_every_preset_plans():
 def test_rescaling_a_fabric_file_keeps_its_own_shape_even_under_a_preset_name(tmp_path):
     import argparse
 
-    from topologies.cli import _fabric
+    from commands.forgive import _fabric
 
     path = write(tmp_path, 'name = "2to1"\nleaves = 3\nspines = 2\nhosts_per_leaf = 2\n')
     args = argparse.Namespace(fabric=str(path), host_link_mbps=10.0, byte_scale=None)
@@ -164,7 +164,7 @@ def test_a_binary_fabric_file_is_not_toml(tmp_path):
 def test_a_fabric_file_is_known_by_its_suffix_in_any_case(tmp_path):
     import argparse
 
-    from topologies.cli import _fabric
+    from commands.forgive import _fabric
 
     path = tmp_path / "WIDE.TOML"
     path.write_text("leaves = 3\nspines = 2\nhosts_per_leaf = 2\n")
@@ -203,7 +203,7 @@ def files(tmp_path) -> dict[str, str]:
 def test_bad_run_options_are_one_line_naming_the_option(
     tmp_path, monkeypatch, capsys, args, message
 ):
-    from topologies import cli
+    from commands import forgive as cli
 
     def started(*_):
         raise AssertionError("a run started")

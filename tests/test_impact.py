@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="forgive impact needs PyTorch (the impact extra)")
 pytest.importorskip("sklearn", reason="forgive impact's data set ships with scikit-learn")
 
+from commands import forgive as cli  # noqa: E402
 from host_agent.policies import P_HIGH, P_LOW, shed_draw  # noqa: E402
 from impact.config import ImpactConfig, ModelSpec  # noqa: E402
 from impact.drift import (  # noqa: E402
@@ -38,7 +39,6 @@ from impact.masks import (  # noqa: E402
 )
 from impact.report import write  # noqa: E402
 from impact.ring import RENORMALISE, ZERO_FILL, Ring  # noqa: E402
-from topologies import cli  # noqa: E402
 from topologies.results import RunResult, StepResult  # noqa: E402
 from workload.lossrecord import (  # noqa: E402
     ALL_GATHER,

@@ -16,7 +16,7 @@ pytestmark = [
     pytest.mark.netns,
     pytest.mark.skipif(os.geteuid() != 0, reason="veths and the fabric lock need root"),
 ]
-FORGIVE = [sys.executable, "-m", "topologies.cli"]
+FORGIVE = [sys.executable, "-m", "commands.forgive"]
 
 
 @pytest.fixture

@@ -422,11 +422,11 @@ def test_an_8_to_1_incast_lands_near_uet_htsims_published_result():
 def test_the_emulation_gives_every_trainer_nscc_with_its_timers_stretched(tmp_path):
     """Both engines build the sender from the same EndpointConfig: the simulator directly,
     the emulation through the trainer's command line, which must carry --cc."""
-    from host_agent.cli import config_from
+    from commands.agent import config_from
+    from commands.train import arguments
     from host_agent.endpoint import Endpoint
     from topologies.fabric import plan, preset
     from topologies.runner import RunConfig, _trainer_command
-    from workload.train import arguments
 
     config = RunConfig(preset("2to1"), cc="nscc")
     fabric_plan = plan(config.fabric)

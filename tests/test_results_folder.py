@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from topologies.cli import main
+from commands.forgive import main
 
 QUICK = ["--steps", "1", "--byte-scale", "64", "--timeout", "60"]
 
@@ -54,7 +54,7 @@ def test_a_read_only_filesystem_is_refused_before_the_run(tmp_path):
     ro.mkdir()
     command = (
         f"mount -t tmpfs -o ro tmpfs {ro} && "
-        f"{sys.executable} -m topologies.cli run --engine sim {' '.join(QUICK)} --out {ro}/results"
+        f"{sys.executable} -m commands.forgive run --engine sim {' '.join(QUICK)} --out {ro}/results"
     )
     done = subprocess.run(
         ["unshare", "--mount", "sh", "-c", command], capture_output=True, text=True, timeout=60

@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
     pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
 ]
-FORGIVE = [sys.executable, "-m", "topologies.cli"]
+FORGIVE = [sys.executable, "-m", "commands.forgive"]
 JOB = ["compare", "--fabric", "2to1", "--policies", "tight,forgive", "--seeds", "1"]
 JOB += ["--steps", "6", "--timeout", "300"]
 EMULATION_RATES = ["--host-link-mbps", "20", "--byte-scale", "64"]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from topologies.cli import main
+from commands.forgive import main
 
 SMALL = ["--engine", "sim", "--fabric", "2to1", "--steps", "3"]
 SMALL += ["--byte-scale", "64"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from controller import cli
+from commands import ctl as cli
 from controller.p4info import ConfigError
 from controller.sonic import config_db
 from controller.topology import parse

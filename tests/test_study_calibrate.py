@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from commands.forgive import main
 from study import calibrate
 from study.slack import allreduce_bound_s
-from topologies.cli import main
 from topologies.fabric import preset
 from topologies.results import RunResult
 from topologies.runner import JOBS, RunConfig

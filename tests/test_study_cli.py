@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from study import cli as study_cli
+from commands import study as study_cli
+from commands.forgive import main
 from study.variants import VARIANTS
-from topologies.cli import main
 from topologies.results import RunResult, StepResult
 from topologies.runner import RunConfig
 

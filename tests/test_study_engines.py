@@ -26,7 +26,7 @@ def test_second_job_and_misclassifying_detector(engine):
         cache, out = Path(tmp) / "cache", Path(tmp) / "out"
         variants = "second-job:tight,detector:critical-missed"
         proc = subprocess.run(
-            [sys.executable, "-m", "topologies.cli", "study", "note", "--engine", engine,
+            [sys.executable, "-m", "commands.forgive", "study", "note", "--engine", engine,
              "--fabric", "2to1", "--nonblocking-fabric", "nonblocking", "--job", "default",
              "--steps", "3", "--seeds", "1", "--variants", variants, "--timeout", "120",
              "--cache", str(cache), "--out", str(out)],

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from commands.forgive import main
 from study import regime
-from topologies.cli import main
 from topologies.fabric import FabricError
 from topologies.options import fabric_from
 from topologies.runner import JOBS, RunConfig, RunError

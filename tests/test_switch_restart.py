@@ -20,8 +20,8 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
     pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
 ]
-FORGIVE = [sys.executable, "-m", "topologies.cli"]
-MARKERS = {"model": "switch_model.cli --name leaf1 ", "bmv2": "simple_switch_grpc"}
+FORGIVE = [sys.executable, "-m", "commands.forgive"]
+MARKERS = {"model": "commands.switch --name leaf1 ", "bmv2": "simple_switch_grpc"}
 """The command line of the switch process to kill: leaf1, whose hosts' flows then stall."""
 
 

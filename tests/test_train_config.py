@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from commands.train import arguments, training_config
 from topologies.fabric import plan, preset
 from topologies.runner import RunConfig, Workload, _trainer_command
 from workload.plan import TrainingConfig
-from workload.train import arguments, training_config
 
 
 def test_the_runners_command_line_hands_over_the_exact_configuration(tmp_path):
@@ -46,7 +46,7 @@ def test_flags_override_the_json_and_read_like_the_fields():
 )
 def test_a_bad_configuration_is_one_line_before_anything_starts(config, message):
     result = subprocess.run(
-        [sys.executable, "-m", "workload.train", "--iface", "lo", "--config", config],
+        [sys.executable, "-m", "commands.train", "--iface", "lo", "--config", config],
         capture_output=True,
         text=True,
         timeout=30,

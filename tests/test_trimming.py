@@ -13,19 +13,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from commands.agent import agent_arguments, config_from
+from commands.forgive import main
 from common import p4names
 from common.wire import Flag, Fth, Opcode
 from controller.fabric_control import switch_defaults, switch_entries
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, load_p4info
 from controller.topology import parse
 from controller.trimming import DEFAULT
-from host_agent.cli import agent_arguments, config_from
 from host_agent.endpoint import Endpoint, EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
 from switch_model import surface
 from switch_model.surface import SwitchTrimming
-from topologies.cli import main
 from topologies.fabric import FabricError, load, plan, preset
 from topologies.runner import RunConfig, Workload, agent_settings
 from topologies.simulated import LINK_DELAY_S, sim_scaling
@@ -388,7 +388,7 @@ def test_forgive_ctl_counters_trim_prints_sais_three_counters(tmp_path, capsys):
     from p4.v1 import p4runtime_pb2
     from switch_harness import device_config, free_tcp_port, p4info_path
 
-    from controller import cli
+    from commands import ctl as cli
     from controller.client import SwitchClient
     from switch_model.dataplane import Dataplane
     from switch_model.p4runtime_server import SwitchService, serve

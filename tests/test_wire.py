@@ -8,6 +8,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
+from commands import dissect
 from common.wire import (
     FORGIVE_UDP_PORT,
     FTH_LEN,
@@ -18,7 +19,6 @@ from common.wire import (
     Opcode,
     decode,
 )
-from host_agent import dissect
 from host_agent.scapy_layer import FTH
 
 

@@ -600,7 +600,7 @@ def _trainer_command(
     host = hosts[rank]
     cfg = config.training_config(fabric_plan, rank, job)
     agent = agent_settings(config, fabric_plan)
-    cmd = [sys.executable, "-m", "workload.train", "--iface", f"{host.name}-eth0"]
+    cmd = [sys.executable, "-m", "commands.train", "--iface", f"{host.name}-eth0"]
     cmd += ["--policy", policy, "--dcqcn", agent["dcqcn"], "--cc", agent["cc"]]
     cmd += ["--line-rate", str(agent["line_rate_bps"])]
     cmd += ["--time-scale", str(agent["time_scale"])]

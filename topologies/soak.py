@@ -75,11 +75,11 @@ def label(pid: int) -> str | None:
     argv = [a for a in argv if a]
     if not argv:
         return None
-    if "switch_model.cli" in argv and "--name" in argv:
+    if "commands.switch" in argv and "--name" in argv:
         return f"switch {argv[argv.index('--name') + 1]}"
-    if "workload.train" in argv and "--iface" in argv:
+    if "commands.train" in argv and "--iface" in argv:
         return f"trainer {argv[argv.index('--iface') + 1].split('-')[0]}"
-    if "topologies.cli" in argv:
+    if "commands.forgive" in argv:
         return "forgive run"
     if argv[-1].startswith("mininet:"):
         return f"shell {argv[-1].split(':', 1)[1]}"
@@ -244,7 +244,7 @@ def soak(
     out.mkdir(parents=True, exist_ok=True)
     results = results or out / "run"
     policy = "forgive"
-    command = [sys.executable, "-m", "topologies.cli", "run", "--steps", str(steps)]
+    command = [sys.executable, "-m", "commands.forgive", "run", "--steps", str(steps)]
     command += ["--policy", policy, "--timeout", str(timeout), "--out", str(results), *extra]
     started = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -154,7 +154,7 @@ class ModelSwitch(ForgiveSwitch):
             shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "switch_model.cli", "--name", self.name]
+        cmd = [sys.executable, "-m", "commands.switch", "--name", self.name]
         cmd += ["--grpc", self.grpc, "--device-id", str(self.device_id)]
         cmd += ["--control", self.control_path]
         for port, ifname in sorted(self.port_interfaces().items()):

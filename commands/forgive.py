@@ -2,8 +2,8 @@
 
     forgive run      one policy and seed; prints its table, writes a results folder
     forgive compare  several policies times several seeds on the same fabric and workload
-    forgive impact   what a results folder's recorded loss does to a real model (impact.cli)
-    forgive study    every result of the FORGIVE note, reproduced beside the note's (study.cli)
+    forgive impact   what a results folder's recorded loss does to a real model (commands.impact)
+    forgive study    every result of the FORGIVE note, reproduced beside the note's (commands.study)
     forgive clean    remove what a killed run left behind (its veths and switch processes)
 
 Every option is checked before anything starts; a bad one is one line on stderr
@@ -20,9 +20,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from commands import impact as impact_cli
+from commands import study as study_cli
 from host_agent.core import CONTROLS, PROFILES
-from impact import cli as impact_cli
-from study import cli as study_cli
 from topologies.cache import RunCache, link_runs, run_cached
 from topologies.fabric import PRESETS, FabricError, FabricSpec
 from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock

@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any
 
+from commands.agent import agent_arguments, config_from, exit_on_signals
 from host_agent.agent import HostAgent
-from host_agent.cli import agent_arguments, config_from, exit_on_signals
 from workload.plan import TrainingConfig
 from workload.rank import Rank
 

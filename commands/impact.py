@@ -1,6 +1,6 @@
 """`forgive impact RESULTS_DIR`: replay a results folder's recorded loss into a real model.
 
-Registered as a subcommand of `forgive` (topologies.cli) without importing
+Registered as a subcommand of `forgive` (commands.forgive) without importing
 PyTorch, so the emulation commands work where the `impact` extra is absent.
 """
 
