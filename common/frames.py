@@ -17,21 +17,27 @@ from common.wire import (
     ECN_CE,
     ECN_MASK,
     ETH_LEN,
+    ETHERTYPE_ARP,
     ETHERTYPE_IPV4,
     FORGIVE_UDP_PORT,
     HEADERS_LEN,
     IPPROTO_UDP,
     IPV4_CHECKSUM_AT,
+    IPV4_DONT_FRAGMENT,
+    IPV4_FRAGMENT_OFFSET,
     IPV4_LEN,
+    IPV4_MORE_FRAGMENTS,
     UDP_LEN,
 )
 
-ETH_P_ARP = 0x0806
-
-IP_DONT_FRAGMENT = 0x4000
 TTL = 64
 """IPv4 flags and TTL of every frame the agent sends (the NIC program frames its replies alike)."""
 _IP_WORDS = struct.Struct("!10H")
+"""The IPv4 header as ten 16-bit words: what csum16 sums."""
+_U16 = struct.Struct("!H")
+_CHECKSUM_OFFSET = IPV4_CHECKSUM_AT - ETH_LEN
+"""Where the checksum sits in the IPv4 header."""
+_CHECKSUM_WORD = _CHECKSUM_OFFSET // 2
 
 
 class MalformedFrame(ValueError):
@@ -67,9 +73,24 @@ def csum_fold(total: int) -> int:
     return total
 
 
+def ipv4_words_checksum(words: tuple[int, ...]) -> int:
+    """The ones'-complement checksum of an IPv4 header's ten 16-bit words, its checksum word
+    included: 0 when the header is valid (ForgiveVerifyChecksum), the checksum to write when
+    that word is 0."""
+    return ~csum_fold(sum(words)) & 0xFFFF
+
+
 def ipv4_checksum(header: bytes, offset: int = 0) -> int:
-    """The ones'-complement checksum of the 20-byte IPv4 header at `offset` (0 when it is valid)."""
-    return ~csum_fold(sum(_IP_WORDS.unpack_from(header, offset))) & 0xFFFF
+    """`ipv4_words_checksum` of the 20-byte IPv4 header at `offset`."""
+    return ipv4_words_checksum(_IP_WORDS.unpack_from(header, offset))
+
+
+def set_ipv4_checksum(frame: bytearray, offset: int = ETH_LEN) -> None:
+    """Write into the IPv4 header at `offset` its checksum (ForgiveComputeChecksum, csum16):
+    that of its ten words with the checksum word taken as zero."""
+    words = _IP_WORDS.unpack_from(frame, offset)
+    total = csum_fold(sum(words) - words[_CHECKSUM_WORD])
+    _U16.pack_into(frame, offset + _CHECKSUM_OFFSET, ~total & 0xFFFF)
 
 
 _ETH_IP = struct.Struct("!6s6sH BBHHHBBH4s4s")
@@ -102,7 +123,7 @@ class FrameBuilder:
             tos,
             total,
             0,
-            IP_DONT_FRAGMENT,
+            IPV4_DONT_FRAGMENT,
             TTL,
             IPPROTO_UDP,
             0,
@@ -153,6 +174,8 @@ class Arrival:
 
 
 _RX_HEADERS = struct.Struct("!6x6sH BBHHHBBH4s4s HHH2x")
+_FRAGMENT_BITS = IPV4_MORE_FRAGMENTS | IPV4_FRAGMENT_OFFSET
+"""Set in a fragment's flags and offset word, whichever fragment it is."""
 
 
 def parse(frame: bytes) -> Arrival | None:
@@ -171,7 +194,7 @@ def parse(frame: bytes) -> Arrival | None:
         ethertype != ETHERTYPE_IPV4
         or ver_ihl != 0x45
         or proto != IPPROTO_UDP
-        or frag & 0x3FFF
+        or frag & _FRAGMENT_BITS
         or dport != FORGIVE_UDP_PORT
     ):
         return None
@@ -208,7 +231,7 @@ def arp_frame(
     body = _ARP.pack(
         dst_mac,
         src_mac,
-        ETH_P_ARP,
+        ETHERTYPE_ARP,
         1,
         ETHERTYPE_IPV4,
         6,

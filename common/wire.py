@@ -28,12 +28,20 @@ TRIMMED_IPV4_TOTAL_LEN = TRIMMED_FRAME_LEN - ETH_LEN
 TRIMMED_UDP_LEN = UDP_LEN + FTH_LEN
 
 ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_ARP = 0x0806
 IPPROTO_UDP = 17
 IPV4_IHL_NO_OPTIONS = 5
+IPV4_DONT_FRAGMENT = 0x4000
+IPV4_MORE_FRAGMENTS = 0x2000
+IPV4_FRAGMENT_OFFSET = 0x1FFF
+"""The flags and fragment offset word of IPv4: its flag bits and the offset's mask."""
 FORGIVE_UDP_PORT = 17991
 FTH_VERSION = 1
 PACKET_BYTES = 4096
 """Largest DATA payload, and so the largest range one trim can report."""
+DATA_FRAME_LEN = TRIMMED_FRAME_LEN + PACKET_BYTES
+"""A full DATA packet on the wire (4154 bytes): the frame queues, rates and shapers are
+sized in."""
 
 # IPv4 ECN codepoints (RFC 3168), the low two bits of the TOS byte.
 ECN_NOT_ECT = 0

@@ -9,7 +9,7 @@ BMv2 cannot share one line rate between a port's two queues: each priority
 queue is paced on its own, in packets. The closest setting gives each queue
 its share of the line in the packets it carries. The high queue is paced and
 sized in 58-byte packets (trimmed headers; FTH control packets are as long).
-The data queue is sized in full DATA frames (`REFERENCE_FRAME_BYTES`) and
+The data queue is sized in full DATA frames (`DATA_FRAME_LEN`) and
 paced as if each one shared the line with one such 58-byte packet: at the
 emulation's rates a FORGIVE receiver answers every DATA packet with an ACK or
 NACK, and the symmetric collectives put about one control packet on a port
@@ -25,13 +25,10 @@ import shutil
 import subprocess
 import sys
 
-from common.wire import TRIMMED_FRAME_LEN
+from common.wire import DATA_FRAME_LEN, TRIMMED_FRAME_LEN
 from controller.topology import PortSpec, SwitchSpec
 from switch_model import control
 from switch_model.port import PRIO_HIGH, PRIO_LOW
-
-REFERENCE_FRAME_BYTES = 4154
-"""Ethernet + IPv4 + UDP + FTH + 4096 bytes of payload."""
 
 
 class ShapingFailed(RuntimeError):
@@ -44,8 +41,8 @@ def bmv2_commands(port: int, spec: PortSpec) -> list[str]:
     for prio, paced, sized, depth_bytes in (
         (
             PRIO_LOW,
-            REFERENCE_FRAME_BYTES + TRIMMED_FRAME_LEN,
-            REFERENCE_FRAME_BYTES,
+            DATA_FRAME_LEN + TRIMMED_FRAME_LEN,
+            DATA_FRAME_LEN,
             spec.low_queue_bytes,
         ),
         (PRIO_HIGH, TRIMMED_FRAME_LEN, TRIMMED_FRAME_LEN, spec.high_queue_bytes),

@@ -49,11 +49,10 @@ from common.p4names import (
     TRIM_LENGTHS_TABLE,
     TRIM_TABLE,
 )
-from common.wire import ETH_LEN, IPV4_LEN, TRIMMED_FRAME_LEN
+from common.wire import DATA_FRAME_LEN, ETH_LEN, IPV4_LEN, TRIMMED_FRAME_LEN
 from controller import entries
 from controller.fabric_control import ApplyReport, FabricController, eligibility_entries
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, entry_key
-from controller.shaping import REFERENCE_FRAME_BYTES
 from controller.tofino_pipeline import CHIPS, Chip
 from controller.topology import Fabric, NextHop, PortSpec, tofino_pipe
 from controller.trimming import DSCP_FROM_TC, Trimming
@@ -587,7 +586,7 @@ def tm_config(fabric: Fabric, switch: str, chip: Chip) -> dict:
                 "unit": "BPS",
                 "provisioning": "UPPER",
                 "max_rate": max(1, port_spec.rate_bps // 1000),
-                "max_burst_size": 2 * REFERENCE_FRAME_BYTES,
+                "max_burst_size": 2 * DATA_FRAME_LEN,
             }
             ops.append(_op(chip, "port.sched_shaping", pipe, shaping, key={"dev_port": port}))
             ops.append(

@@ -16,7 +16,17 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-from common.wire import FORGIVE_UDP_PORT
+from common.wire import (
+    ETH_TYPE_AT,
+    ETHERTYPE_ARP,
+    ETHERTYPE_IPV4,
+    FORGIVE_UDP_PORT,
+    IPPROTO_UDP,
+    IPV4_FLAGS_FRAG_AT,
+    IPV4_FRAGMENT_OFFSET,
+    IPV4_PROTOCOL_AT,
+    UDP_DST_PORT_AT,
+)
 
 ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26
@@ -29,19 +39,25 @@ SIOCGIFADDR = 0x8915
 BUFFER_BYTES = 64 << 20
 RECV_BYTES = 65536
 
-# (code, jt, jf, k): accept ARP, or IPv4 + UDP + not a fragment + dport 17991 (IHL 5 assumed).
+# Classic BPF opcodes (linux/filter.h): load a half-word or byte at an absolute offset,
+# jump on equal or on any bit set, return (the bytes to keep, 0 to drop).
+_LDH_ABS, _LDB_ABS, _JEQ_K, _JSET_K, _RET_K = 0x28, 0x30, 0x15, 0x45, 0x06
+_KEEP = 0x40000
+
+# (code, jt, jf, k): accept ARP, or IPv4 + UDP + not a fragment + dport 17991 (IHL 5 assumed,
+# so the UDP port sits at wire's offset for it).
 _FILTER = (
-    (0x28, 0, 0, 12),  # ldh [12]            ethertype
-    (0x15, 7, 0, 0x0806),  # jeq ARP         -> accept
-    (0x15, 0, 7, 0x0800),  # jeq IPv4, else  -> drop
-    (0x30, 0, 0, 23),  # ldb [23]            protocol
-    (0x15, 0, 5, 17),  # jeq UDP, else       -> drop
-    (0x28, 0, 0, 20),  # ldh [20]            flags + fragment offset
-    (0x45, 3, 0, 0x1FFF),  # jset offset     -> drop
-    (0x28, 0, 0, 36),  # ldh [36]            UDP destination port
-    (0x15, 0, 1, FORGIVE_UDP_PORT),
-    (0x06, 0, 0, 0x40000),  # accept
-    (0x06, 0, 0, 0),  # drop
+    (_LDH_ABS, 0, 0, ETH_TYPE_AT),
+    (_JEQ_K, 7, 0, ETHERTYPE_ARP),  # -> accept
+    (_JEQ_K, 0, 7, ETHERTYPE_IPV4),  # else -> drop
+    (_LDB_ABS, 0, 0, IPV4_PROTOCOL_AT),
+    (_JEQ_K, 0, 5, IPPROTO_UDP),  # else -> drop
+    (_LDH_ABS, 0, 0, IPV4_FLAGS_FRAG_AT),
+    (_JSET_K, 3, 0, IPV4_FRAGMENT_OFFSET),  # a later fragment -> drop
+    (_LDH_ABS, 0, 0, UDP_DST_PORT_AT),
+    (_JEQ_K, 0, 1, FORGIVE_UDP_PORT),
+    (_RET_K, 0, 0, _KEEP),  # accept
+    (_RET_K, 0, 0, 0),  # drop
 )
 
 

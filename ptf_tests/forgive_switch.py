@@ -25,6 +25,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
 from common.wire import (
+    DATA_FRAME_LEN,
     ETH_LEN,
     FORGIVE_UDP_PORT,
     IPV4_LEN,
@@ -44,8 +45,6 @@ SWITCH_MAC = "00:00:5e:00:53:01"
 HOST_MAC = "02:00:00:00:00:01"
 SRC_IP = "10.0.1.1"
 ECT0, NOT_ECT, CE = 2, 0, 3
-FULL_FRAME = 14 + 20 + 8 + 16 + PACKET_BYTES
-"""A full DATA frame: 4154 bytes."""
 THROTTLED_PPS = 5
 """Low-queue drain rate while a test needs a standing queue: one slot every 0.2 s,
 far longer than the switch takes to take in a burst."""
@@ -300,7 +299,7 @@ class EcnMarkingTest(ForgiveTest):
     def runTest(self) -> None:
         self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
-        s = FULL_FRAME
+        s = DATA_FRAME_LEN
         self.switch.set_thresholds(2, Thresholds(100 * s, 2 * s, 3 * s, 0))
         self.throttle(2)
         plug = self.plug(2, fth_packet("10.0.2.9", seq=0))
@@ -331,7 +330,7 @@ class EcnBandTest(ForgiveTest):
     def runTest(self) -> None:
         self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
-        s = FULL_FRAME
+        s = DATA_FRAME_LEN
         self.switch.set_thresholds(2, Thresholds(100 * s, 0, 4 * s, 65536))
         self.throttle(2, pps=10)
         self.plug(2, fth_packet("10.0.2.9", ecn=NOT_ECT))
@@ -360,7 +359,7 @@ class TrimPriorityTest(ForgiveTest):
     def runTest(self) -> None:
         self.needs_paced_queues()
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
-        s = FULL_FRAME
+        s = DATA_FRAME_LEN
         self.switch.set_thresholds(2, Thresholds(3 * s, s, 2 * s, 65536))
         self.throttle(2)
         plug = self.plug(2, fth_packet("10.0.2.9", seq=0, ecn=NOT_ECT))
@@ -413,9 +412,9 @@ class DepthMarkTest(ForgiveTest):
     def runTest(self) -> None:
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
         self.switch.route("10.0.3.0/24", nhop_mac(3), 3)
-        self.switch.set_thresholds(2, Thresholds(100 * FULL_FRAME, 0, 0, 0))
-        far = 50 * FULL_FRAME
-        self.switch.set_thresholds(3, Thresholds(100 * FULL_FRAME, far, far, 65536))
+        self.switch.set_thresholds(2, Thresholds(100 * DATA_FRAME_LEN, 0, 0, 0))
+        far = 50 * DATA_FRAME_LEN
+        self.switch.set_thresholds(3, Thresholds(100 * DATA_FRAME_LEN, far, far, 65536))
         self.align_deflections(2, "10.0.2.9")
         before = self.switch.port_counters(2).ce_marks
         sent = [
@@ -444,7 +443,7 @@ class DeflectTrimTest(ForgiveTest):
             self.skipTest("deflect-on-drop test mode is tofino-model's")
         self.switch.route("10.0.2.0/24", nhop_mac(2), 2)
         self.switch.set_thresholds(
-            2, Thresholds(100 * FULL_FRAME, 50 * FULL_FRAME, 50 * FULL_FRAME, 0)
+            2, Thresholds(100 * DATA_FRAME_LEN, 50 * DATA_FRAME_LEN, 50 * DATA_FRAME_LEN, 0)
         )
         self.align_deflections(2, "10.0.2.9")
         before = self.switch.port_counters(2)

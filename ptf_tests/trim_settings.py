@@ -15,10 +15,9 @@ from __future__ import annotations
 from ptf import testutils
 from scapy.layers.inet import IP
 
-from common.wire import PACKET_BYTES, TRIMMED_FRAME_LEN, Dscp, Opcode
+from common.wire import DATA_FRAME_LEN, PACKET_BYTES, TRIMMED_FRAME_LEN, Dscp, Opcode
 from ptf_tests.forgive_switch import (
     DOD_PERIOD,
-    FULL_FRAME,
     NOT_ECT,
     ForgiveTest,
     fth_packet,
@@ -29,7 +28,7 @@ from ptf_tests.forgive_switch import (
 from switch_model.port import PRIO_HIGH
 from switch_model.surface import SwitchTrimming, Thresholds
 
-S = FULL_FRAME
+S = DATA_FRAME_LEN
 NO_MARKING = Thresholds(3 * S, 100 * S, 100 * S, 0)
 """A data queue of three full frames that never marks."""
 

@@ -23,7 +23,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass
 
-from common.frames import csum_fold
+from common.frames import ipv4_words_checksum, set_ipv4_checksum
 from common.wire import (
     ECN_CE,
     ECN_MASK,
@@ -41,7 +41,6 @@ from common.wire import (
     FTH_VERSION_OPCODE_AT,
     IPPROTO_UDP,
     IPV4_AT,
-    IPV4_CHECKSUM_AT,
     IPV4_DST_AT,
     IPV4_IHL_NO_OPTIONS,
     IPV4_LEN,
@@ -65,26 +64,12 @@ _ETHERTYPE_IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
 _PORTS = struct.Struct("!HH")
 _IP_WORDS = struct.Struct("!10H")
 """The IPv4 header as ten 16-bit words: what csum16 sums, and the fields parse_ipv4 reads."""
-_CHECKSUM_WORD = (IPV4_CHECKSUM_AT - IPV4_AT) // 2
 _U16 = struct.Struct("!H")
 _HASH_TAIL = struct.Struct("!BHH")
 """protocol and the two L4 ports, after srcAddr and dstAddr, as choose_ecmp_member hashes them."""
 _TRIMMED_UDP = struct.Struct("!HH")
 _DATA = int(Opcode.DATA)
 _TRIMMED = int(Flag.TRIMMED)
-
-
-def ipv4_checksum(frame: bytearray) -> None:
-    """Recompute the IPv4 header checksum in place (ForgiveComputeChecksum, csum16): the sum of
-    the header's ten words with the checksum word taken as zero."""
-    words = _IP_WORDS.unpack_from(frame, IPV4_AT)
-    total = csum_fold(sum(words) - words[_CHECKSUM_WORD])
-    _U16.pack_into(frame, IPV4_CHECKSUM_AT, ~total & 0xFFFF)
-
-
-def ipv4_checksum_ok(words: tuple[int, ...]) -> bool:
-    """ForgiveVerifyChecksum: csum16 over the 20-byte header as received, its ten words."""
-    return csum_fold(sum(words)) == 0xFFFF
 
 
 @dataclass(slots=True)
@@ -176,7 +161,7 @@ class Pipeline:
             dport,
             is_data,
             is_control,
-            error or not ipv4_checksum_ok(words),
+            error or ipv4_words_checksum(words) != 0,  # ForgiveVerifyChecksum
         )
 
     # -- ForgiveIngress ------------------------------------------------------------------
@@ -319,7 +304,7 @@ class Pipeline:
     ) -> EgressPort | None:
         """ForgiveComputeChecksum, then the traffic manager: a queue whose buffer is full drops.
         A trimmed packet it refuses was trimmed but dropped, not sent."""
-        ipv4_checksum(frame)
+        set_ipv4_checksum(frame)
         if egress.enqueue(frame, received, high, now):
             return egress
         port = egress.number

@@ -18,16 +18,11 @@ import signal
 import socket
 import sys
 
-from common.frames import ETH_LEN, HEADERS_LEN, ip_bytes, ipv4_checksum, mac_bytes
+from common.frames import HEADERS_LEN, ip_bytes, mac_bytes, set_ipv4_checksum
 from common.wire import FORGIVE_UDP_PORT, FTH_LEN, Flag, Opcode
 from host_agent.link import ETH_P_ALL, PACKET_IGNORE_OUTGOING, SOL_PACKET
 
 TRIMMED_TOTAL = 20 + 8 + FTH_LEN
-
-
-def _fix_checksum(frame: bytearray) -> None:
-    frame[24:26] = b"\x00\x00"
-    frame[24:26] = ipv4_checksum(bytes(frame), ETH_LEN).to_bytes(2, "big")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,11 +75,11 @@ def main(argv: list[str] | None = None) -> int:
                         frame[16:18] = TRIMMED_TOTAL.to_bytes(2, "big")
                         frame[38:40] = (8 + FTH_LEN).to_bytes(2, "big")
                         frame[HEADERS_LEN + 1] |= Flag.TRIMMED
-                        _fix_checksum(frame)
+                        set_ipv4_checksum(frame)
                     elif args.ce_every and n % args.ce_every == 0 and frame[15] & 3:
                         counts["ce"] += 1
                         frame[15] |= 3
-                        _fix_checksum(frame)
+                        set_ipv4_checksum(frame)
                 frame[0:6] = dst_mac
                 frame[6:12] = src_mac
                 out.send(frame)

@@ -16,13 +16,13 @@ import random
 import pytest
 from helpers import ack, nack, parse
 
+from common.wire import DATA_FRAME_LEN as FRAME_BYTES
 from common.wire import PACKET_BYTES, Flag
 from host_agent.core import ForgiveSender, NsccParams, NsccWindow
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
 from switch_model.surface import PMAX_ONE
-from topologies.scaling import FRAME_BYTES
 from topologies.virtual import VirtualFabric, star
 
 ELIGIBLE = int(Flag.ELIGIBLE)

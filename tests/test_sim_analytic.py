@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from common.wire import DATA_FRAME_LEN as FRAME_BYTES
 from common.wire import PACKET_BYTES, TRIMMED_FRAME_LEN
 from host_agent.endpoint import EndpointConfig
 from host_agent.events import RecvDone
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
-from topologies.scaling import FRAME_BYTES
 from topologies.virtual import VirtualFabric, star
 
 HEADERS = FRAME_BYTES - PACKET_BYTES

@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 
 from common import records
+from common.wire import DATA_FRAME_LEN
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import parse as parse_description
 from controller.topology import switch_port_mac
@@ -38,7 +39,6 @@ from topologies.fabric import FabricSpec, Host, Plan, plan
 from topologies.leftovers import clear_leftovers, fabric_lock
 from topologies.processes import is_stopped, stop_process
 from topologies.results import RunResult
-from topologies.scaling import FRAME_BYTES
 from workload.plan import TrainingConfig
 
 MTU = 9000
@@ -661,7 +661,7 @@ def initial_rto(fabric_plan: Plan, link_delay_s: float = 0.0) -> float:
     full data queue ahead of a packet and a few hops' serialisation at the host rate;
     later flows use the measured round trip instead."""
     host_rate = fabric_plan.spec.scaling.rate(fabric_plan.spec.host_link_gbps * 1e9)
-    queued = fabric_plan.thresholds().data_queue_bytes + 4 * FRAME_BYTES
+    queued = fabric_plan.thresholds().data_queue_bytes + 4 * DATA_FRAME_LEN
     hops = 4 if fabric_plan.spec.spines else 2
     return 2 * hops * link_delay_s + queued * 8 / host_rate
 

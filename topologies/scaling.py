@@ -18,12 +18,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from common.wire import DATA_FRAME_LEN
+
 FABRIC_HOST_LINK_BPS = 400e9
 """The note's host links."""
-FRAME_BYTES = 14 + 20 + 8 + 16 + 4096
 MIN_QUEUE_FRAMES = 4
 """A scaled data queue must still hold a few full frames, or every burst trims."""
-MIN_LINK_BPS = 8 * FRAME_BYTES
+MIN_LINK_BPS = 8 * DATA_FRAME_LEN
 """A scaled link must carry one full frame per second, or no run would ever finish."""
 
 
@@ -63,7 +64,7 @@ class Scaling:
         scaled = fabric_bps / self.rate_scale
         if not MIN_LINK_BPS <= scaled < math.inf:
             raise ScalingError(
-                f"{what} scales to {scaled:g} bit/s, under one {FRAME_BYTES}-byte frame "
+                f"{what} scales to {scaled:g} bit/s, under one {DATA_FRAME_LEN}-byte frame "
                 f"per second ({MIN_LINK_BPS} bit/s); raise it or host_link_mbps"
             )
         return round(scaled)
@@ -78,7 +79,7 @@ class Scaling:
     def queue(self, fabric_bytes: float, what: str) -> int:
         """A scaled queue size, refused if it no longer holds a few frames."""
         scaled = self.size(fabric_bytes)
-        if scaled < MIN_QUEUE_FRAMES * FRAME_BYTES:
+        if scaled < MIN_QUEUE_FRAMES * DATA_FRAME_LEN:
             raise ScalingError(
                 f"{what} of {fabric_bytes:.0f} B scales to {scaled} B, under "
                 f"{MIN_QUEUE_FRAMES} frames; lower byte_scale"

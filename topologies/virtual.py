@@ -33,6 +33,7 @@ from typing import IO
 import simpy
 from simpy.events import Timeout
 
+from common.wire import DATA_FRAME_LEN
 from controller.p4info import P4InfoIndex, load_p4info
 from controller.topology import Fabric, switch_port_mac
 from controller.topology import parse as parse_description
@@ -43,7 +44,6 @@ from switch_model.pipeline import Pipeline
 from switch_model.port import EgressPort
 from switch_model.surface import load_pipeline
 from switch_model.tables import Forwarding, TableStore
-from topologies.scaling import FRAME_BYTES
 from workload.plan import TrainingConfig
 from workload.rank import Rank
 
@@ -374,9 +374,9 @@ def sim_endpoints(switches) -> dict[str, dict]:
 def star(
     hosts: int = 4,
     port_rate_bps: int = 5_000_000_000,
-    data_queue_bytes: int = 4 * FRAME_BYTES,
-    ecn_kmin: int = FRAME_BYTES,
-    ecn_kmax: int = 4 * FRAME_BYTES,
+    data_queue_bytes: int = 4 * DATA_FRAME_LEN,
+    ecn_kmin: int = DATA_FRAME_LEN,
+    ecn_kmax: int = 4 * DATA_FRAME_LEN,
     ecn_pmax: int = 1 << 14,
 ) -> Fabric:
     """Hosts on one switch whose ports may be slower than the hosts' NICs, so queues build."""

@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from common.wire import PACKET_BYTES
+from common.wire import DATA_FRAME_LEN, PACKET_BYTES
 
 CONTROLS = ("dcqcn", "nscc")
 """The congestion controls a sender can run (`--cc`): DCQCN (its profile chosen by
@@ -56,7 +56,7 @@ NSCC_VALUES: dict[str, Any] = {
     # plus a full frame's and an ACK's serialisation at 400 Gbps on each of the four
     # hops (as uet-htsim's calculate_rtt adds them). uet-htsim's 400 Gbps leaf-spine has
     # the same four 1 us hops.
-    "network_rtt_s": 2 * 4 * 1e-6 + 4 * (4154 + 66) * 8 / 400e9,
+    "network_rtt_s": 2 * 4 * 1e-6 + 4 * (DATA_FRAME_LEN + 66) * 8 / 400e9,
     "base_rate_bps": 100e9,
     "base_rtt_s": 12e-6,
     "target_fraction": 0.75,
