@@ -9,11 +9,11 @@ import sys
 from common.wire import PACKET_BYTES
 from host_agent.agent import AgentConfig, HostAgent
 from host_agent.api import ApiServer, check_api_path
-from host_agent.core import CONTROLS, PROFILES
+from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
 from host_agent.core.sender import MAX_TIMEOUTS
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
-from host_agent.policies import POLICY_NAMES, parse_policy
+from host_agent.policies import DEFAULT_POLICY, POLICY_NAMES, parse_policy
 
 
 def agent_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,9 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iface", required=True, help="the host's interface, e.g. h1-eth0")
     parser.add_argument("--ip", help="this host's IPv4 address (default: the interface's)")
     parser.add_argument(
-        "--policy", default="forgive", help=f"one of {', '.join(POLICY_NAMES)} (default forgive)"
+        "--policy",
+        default=DEFAULT_POLICY,
+        help=f"one of {', '.join(POLICY_NAMES)} (default {DEFAULT_POLICY})",
     )
     parser.add_argument("--seed", type=int, default=0, help="shared seed of every random draw")
     parser.add_argument(
@@ -35,13 +37,13 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--dcqcn",
-        default="paper",
-        help=f"DCQCN profile: {' or '.join(PROFILES)} (default paper; docs/dcqcn.md)",
+        default=DEFAULT_PROFILE,
+        help=f"DCQCN profile: {' or '.join(PROFILES)} (default {DEFAULT_PROFILE}; docs/dcqcn.md)",
     )
     parser.add_argument(
         "--cc",
-        default="dcqcn",
-        help=f"congestion control: {' or '.join(CONTROLS)} (default dcqcn; docs/nscc.md)",
+        default=DEFAULT_CONTROL,
+        help=f"congestion control: {' or '.join(CONTROLS)} (default {DEFAULT_CONTROL}; docs/nscc.md)",
     )
     parser.add_argument(
         "--window-bytes",

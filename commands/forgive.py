@@ -22,7 +22,8 @@ from pathlib import Path
 
 from commands import impact as impact_cli
 from commands import study as study_cli
-from host_agent.core import CONTROLS, PROFILES
+from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
+from host_agent.policies import DEFAULT_POLICY
 from topologies.cache import RunCache, link_runs, run_cached
 from topologies.fabric import PRESETS, FabricError, FabricSpec
 from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock
@@ -108,12 +109,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--detector", default=defaults.detector, help="static or accordion")
     parser.add_argument(
         "--dcqcn",
-        help=f"DCQCN profile of every host: {' or '.join(PROFILES)} (default paper; docs/dcqcn.md)",
+        help=f"DCQCN profile of every host: {' or '.join(PROFILES)} (default {DEFAULT_PROFILE}; "
+        "docs/dcqcn.md)",
     )
     parser.add_argument(
         "--cc",
-        default="dcqcn",
-        help=f"congestion control of every sender: {' or '.join(CONTROLS)} (default dcqcn; "
+        default=DEFAULT_CONTROL,
+        help=f"congestion control of every sender: {' or '.join(CONTROLS)} (default {DEFAULT_CONTROL}; "
         "docs/nscc.md)",
     )
     parser.add_argument("--burst", action="store_true", help="background burst on step 2")
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="one policy and seed")
     _common(run_p)
-    run_p.add_argument("--policy", default="forgive")
+    run_p.add_argument("--policy", default=DEFAULT_POLICY)
     run_p.add_argument("--seed", type=int, default=1)
     cmp_p = sub.add_parser("compare", help="policies x seeds, side by side")
     _common(cmp_p)

@@ -29,7 +29,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from host_agent.core import CONTROLS, PROFILES
+from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
 from study import calibrate, page, regime, report
 from study.claims import CLAIMS, NSCC_CLAIMS, judge
 from study.runs import Setup, by_variant, plan
@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nonblocking-fabric", help="the fabric without oversubscription")
     p.add_argument(
         "--cc",
-        default="dcqcn",
+        default=DEFAULT_CONTROL,
         help=f"{' or '.join(CONTROLS)}; nscc adds the headline variants under NSCC "
         f"({', '.join(v.name for v in NSCC_VARIANTS)}) and their rows (docs/nscc.md)",
     )
@@ -170,7 +170,9 @@ def _register_regime(which: argparse._SubParsersAction) -> None:
         help=f"divide every byte quantity by this (default {REGIME_BYTE_SCALE:g})",
     )
     p.add_argument(
-        "--dcqcn", default="paper", help=f"the base point's profile: {', '.join(PROFILES)}"
+        "--dcqcn",
+        default=DEFAULT_PROFILE,
+        help=f"the base point's profile: {', '.join(PROFILES)}",
     )
     _run_options(p, "regime")
 
@@ -203,11 +205,11 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
         baseline = _ints(args.baseline_seeds, "--baseline-seeds")
     else:
         baseline = DEFAULT_BASELINE_SEEDS if args.seeds is None and not calibrating else seeds
-    cc = getattr(args, "cc", "dcqcn")  # `study note` alone has --cc
+    cc = getattr(args, "cc", DEFAULT_CONTROL)  # `study note` alone has --cc
     if cc not in CONTROLS:
         raise RunError(f"--cc must be one of {', '.join(CONTROLS)}, got {cc!r}")
     variants = calibrate.VARIANTS if calibrating else VARIANTS + NSCC_VARIANTS
-    names = [x.name for x in variants if x.cc == "dcqcn"]
+    names = [x.name for x in variants if x.cc == DEFAULT_CONTROL]
     if args.variants is not None:
         names = [n for n in args.variants.split(",") if n]
     unknown = [n for n in names if n not in {x.name for x in variants}]

@@ -38,6 +38,8 @@ from common.wire import (
 from host_agent.acks import ACK_DELAY, ACK_DELAY_PER_RTO, ACK_EVERY, AckCoalescer
 from host_agent.core import (
     CONTROLS,
+    DEFAULT_CONTROL,
+    DEFAULT_PROFILE,
     PROFILES,
     DcqcnParams,
     ForgiveReceiver,
@@ -55,7 +57,7 @@ from host_agent.events import (
     Shed,
     record,
 )
-from host_agent.policies import Policy, is_shed, parse_policy
+from host_agent.policies import DEFAULT_POLICY, Policy, is_shed, parse_policy
 from host_agent.stats import (
     StatsLog,
     bound_violation,
@@ -93,7 +95,7 @@ TRIM_FIELDS = ("trimmed_bytes", "gradient_trimmed_bytes", "forgiven_bytes")
 
 @dataclass(frozen=True)
 class EndpointConfig:
-    policy: Policy = field(default_factory=lambda: parse_policy("forgive"))
+    policy: Policy = field(default_factory=lambda: parse_policy(DEFAULT_POLICY))
     seed: int = 0
     line_rate_bps: float = 10e9
     rto: float = 0.01
@@ -116,9 +118,9 @@ class EndpointConfig:
     "fabric": inside the fabric), as the switches' asymmetric trim DSCP says. Every
     trimmed header received is counted under its location (`rx_trims_<location>`, and
     `rx_trims_unlocated` for a DSCP not listed); empty: trims are not located."""
-    dcqcn: str = "paper"
+    dcqcn: str = DEFAULT_PROFILE
     """The DCQCN profile (host_agent.core.dcqcn.PROFILES) of the sender and the notification point."""
-    cc: str = "dcqcn"
+    cc: str = DEFAULT_CONTROL
     """The sender's congestion control (host_agent.core.CONTROLS): DCQCN's rate, or NSCC's
     window (docs/nscc.md). The receiver's notification point is DCQCN's either way; NSCC
     reads the ECN echo on ACKs and leaves the CNPs unanswered."""

@@ -40,6 +40,9 @@ class Policy:
         return (0.0, 0.0) if self.shed else (self.p_low, self.p_high)
 
 
+DEFAULT_POLICY = "forgive"
+"""The policy a run or an agent uses unless told otherwise (`--policy`)."""
+
 _FIXED = {
     "dcqcn": Policy("dcqcn", 0.0, 0.0),
     "tight": Policy("tight", P_LOW, P_LOW),

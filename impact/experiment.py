@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from host_agent.core import AccordionDetector, StaticSchedule
-from host_agent.policies import P_HIGH, P_LOW
+from host_agent.policies import DEFAULT_POLICY, P_HIGH, P_LOW
 from impact.config import ImpactConfig, ModelSpec
 from impact.drift import (
     lag_prediction,
@@ -42,7 +42,6 @@ from topologies.results import RunResult
 from workload.lossrecord import Layout, LossRecord, LossRecordError
 from workload.rank import classify
 
-DEFAULT_POLICY = "forgive"
 MAX_LAG = 30
 """Update correlations beyond this many steps are taken as zero in the lag prediction."""
 SIGMA_WINDOW = 3

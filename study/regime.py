@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from host_agent.core import PROFILES
+from host_agent.core import DEFAULT_PROFILE, PROFILES
 from study.claims import number
 from study.slack import allreduce_bound_s, busiest_uplink_hops
 from topologies.fabric import (
@@ -109,7 +109,7 @@ BASE = Cell("base", None)
 DEFAULT_GRID: tuple[Cell, ...] = (
     BASE,
     *(Cell("step/buffer", r) for r in (0.25, 0.5, 2.0, 4.0, 8.0)),
-    *(Cell("dcqcn", p) for p in PROFILES if p != "paper"),
+    *(Cell("dcqcn", p) for p in PROFILES if p != DEFAULT_PROFILE),
     Cell("fabric", "note-1to1"),
     Cell("window", "bdp"),
     Cell("dcqcn-state", "qp"),

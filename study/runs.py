@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from host_agent.core import DEFAULT_PROFILE
 from study.variants import NONBLOCKING, Variant, wrong_steps
 from topologies.fabric import FabricSpec
 from topologies.results import RunResult
@@ -21,7 +22,7 @@ class Setup:
     seeds: tuple[int, ...]
     baseline_seeds: tuple[int, ...]
     switch: str = "model"
-    dcqcn: str = "paper"
+    dcqcn: str = DEFAULT_PROFILE
     timeout_s: float = 600.0
     engine: str = "sim"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from host_agent.core import StaticSchedule
+from host_agent.core import DEFAULT_CONTROL, StaticSchedule
 
 WORST = "worst"
 NONBLOCKING = "nonblocking"
@@ -37,7 +37,7 @@ class Variant:
     dcqcn: str | None = None
     """The DCQCN profile this variant runs instead of the study's (congestion control off
     in `forgive study calibrate`), or None."""
-    cc: str = "dcqcn"
+    cc: str = DEFAULT_CONTROL
     """The senders' congestion control (host_agent.core.CONTROLS)."""
 
 

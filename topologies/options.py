@@ -11,6 +11,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from host_agent.core import DEFAULT_PROFILE
 from topologies.fabric import (
     DCQCN_STATES,
     WINDOWS,
@@ -73,7 +74,6 @@ REGIME_PROFILES: dict[str, dict[str, str]] = {
     "astra": {"dcqcn": "nic", "window": "bdp", "dcqcn_state": "message"},
 }
 """Named sets of regime options (--profile); an option given beside one overrides it."""
-DEFAULT_DCQCN = "paper"
 
 
 def regime_profile(args: argparse.Namespace) -> dict[str, str]:
@@ -87,9 +87,9 @@ def regime_profile(args: argparse.Namespace) -> dict[str, str]:
 
 
 def dcqcn_profile(args: argparse.Namespace) -> str:
-    """--dcqcn if given, else the --profile's, else the default (paper)."""
+    """--dcqcn if given, else the --profile's, else the default (DEFAULT_PROFILE)."""
     given = getattr(args, "dcqcn", None)
-    return given or regime_profile(args).get("dcqcn", DEFAULT_DCQCN)
+    return given or regime_profile(args).get("dcqcn", DEFAULT_PROFILE)
 
 
 def add_regime_options(parser: argparse.ArgumentParser) -> None:

@@ -31,8 +31,8 @@ from common.wire import DATA_FRAME_LEN
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import parse as parse_description
 from controller.topology import switch_port_mac
-from host_agent.core import CONTROLS, PROFILES
-from host_agent.policies import parse_policy
+from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
+from host_agent.policies import DEFAULT_POLICY, parse_policy
 from switch_model.surface import PortCounters
 from topologies.collect import collect, read_jsonl
 from topologies.fabric import FabricSpec, Host, Plan, plan
@@ -89,7 +89,7 @@ JOBS: dict[str, Workload] = {
 class RunConfig:
     fabric: FabricSpec
     switch: str = "model"
-    policy: str = "forgive"
+    policy: str = DEFAULT_POLICY
     seed: int = 1
     workload: Workload = Workload()
     timeout_s: float = 600.0
@@ -98,9 +98,9 @@ class RunConfig:
     on different leaves and cross the (oversubscribed) uplinks; 'packed' fills one leaf
     after another, which keeps most of the ring inside a leaf."""
     engine: str = "mininet"
-    dcqcn: str = "paper"
+    dcqcn: str = DEFAULT_PROFILE
     """The DCQCN profile every host runs (host_agent.core.dcqcn)."""
-    cc: str = "dcqcn"
+    cc: str = DEFAULT_CONTROL
     """The congestion control every sender runs (host_agent.core.CONTROLS; docs/nscc.md)."""
     companion: str | None = None
     """The policy of a second job of the same shape on the other half of the hosts, or None:

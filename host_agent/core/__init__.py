@@ -5,6 +5,7 @@ switch model's tests and any simulator drive these same objects.
 """
 
 from host_agent.core.dcqcn import (
+    DEFAULT_PROFILE,
     PROFILES,
     DcqcnParams,
     DcqcnRate,
@@ -18,12 +19,14 @@ from host_agent.core.detector import (
     Misclassifying,
     StaticSchedule,
 )
-from host_agent.core.nscc import CONTROLS, NsccParams, NsccWindow
+from host_agent.core.nscc import CONTROLS, DEFAULT_CONTROL, NsccParams, NsccWindow
 from host_agent.core.receiver import ForgiveReceiver, ReceiverPolicy
 from host_agent.core.sender import EXEMPT, OBEYING, ForgiveSender
 
 __all__ = [
     "CONTROLS",
+    "DEFAULT_CONTROL",
+    "DEFAULT_PROFILE",
     "EXEMPT",
     "OBEYING",
     "PROFILES",

@@ -27,7 +27,9 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-PROFILES = ("paper", "nic", "off")
+DEFAULT_PROFILE = "paper"
+"""The profile every host runs unless told otherwise (`--dcqcn`)."""
+PROFILES = (DEFAULT_PROFILE, "nic", "off")
 
 _PAPER: dict[str, Any] = {
     # Zhu et al. 2015: g = 1/256, alpha and rate timers of 55 us, a 10 MB byte
@@ -97,7 +99,7 @@ class DcqcnParams:
 
     line_rate_bps: float
     time_scale: float = 1.0
-    profile: str = "paper"
+    profile: str = DEFAULT_PROFILE
     reference_rate_bps: float = None  # type: ignore[assignment]
     g: float = None  # type: ignore[assignment]
     alpha_init: float = None  # type: ignore[assignment]

@@ -39,7 +39,9 @@ from typing import Any
 
 from common.wire import DATA_FRAME_LEN, PACKET_BYTES
 
-CONTROLS = ("dcqcn", "nscc")
+DEFAULT_CONTROL = "dcqcn"
+"""The congestion control every sender runs unless told otherwise (`--cc`)."""
+CONTROLS = (DEFAULT_CONTROL, "nscc")
 """The congestion controls a sender can run (`--cc`): DCQCN (its profile chosen by
 `--dcqcn`) or NSCC."""
 
