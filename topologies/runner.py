@@ -26,7 +26,6 @@ from typing import Any
 
 import grpc
 
-from common import records
 from common.wire import DATA_FRAME_LEN
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import parse as parse_description
@@ -34,7 +33,7 @@ from controller.topology import switch_port_mac
 from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
 from host_agent.policies import DEFAULT_POLICY, parse_policy
 from switch_model.surface import PortCounters
-from topologies.collect import collect, read_jsonl
+from topologies.collect import StepProgress, collect
 from topologies.fabric import FabricSpec, Host, Plan, plan
 from topologies.leftovers import clear_leftovers, fabric_lock
 from topologies.processes import is_stopped, stop_process
@@ -261,17 +260,6 @@ class Progress:
             self.stream.flush()
 
 
-def _steps_done(paths: list[Path]) -> int:
-    """The last step every rank has finished, read from the training records so far."""
-    done = []
-    for path in paths:
-        if not path.exists():
-            return 0
-        steps = [r["step"] for r in read_jsonl(path) if r.get(records.TYPE) == records.TRAIN_STEP]
-        done.append(max(steps, default=0))
-    return min(done, default=0)
-
-
 def _status(code: int) -> str:
     """A process's exit as a person reads it: `status 3`, or the signal that ended it."""
     if code >= 0:
@@ -380,7 +368,7 @@ class FabricRun:
     def run(self) -> None:
         """Sample the switches until every trainer has finished; fail at once, in one line,
         when a switch process or a rank dies, or the run outlasts its timeout."""
-        progress = Progress(self.label, self.config.workload.steps)
+        progress, steps = Progress(self.label, self.config.workload.steps), StepProgress()
         self._stack.callback(progress.close)
         started = time.monotonic()
         deadline = started + self.config.timeout_s
@@ -409,7 +397,7 @@ class FabricRun:
                     "ce_marks": sum(t["ce_marks"] for t in totals.values()),
                 }
             )
-            progress.update(_steps_done(list(self.train_files.values())), trims)
+            progress.update(steps.done(self.train_files.values()), trims)
             time.sleep(SAMPLE_EVERY_S)
         self._check_switches()
         failed = {name: p.returncode for name, p in self.trainers.items() if p.returncode}

@@ -16,6 +16,7 @@ and table.txt, and exits 1 when a bound fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -25,10 +26,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from common import records
-from topologies.collect import read_jsonl
+from topologies.collect import StepProgress
+from topologies.switches import Bmv2Switch
 
 SAMPLE_EVERY_S = 0.25
+LOOK_EVERY_S = 0.02
+"""How often the sampler looks at the ranks' progress; it samples at once when a step
+begins, so a step shorter than SAMPLE_EVERY_S (a small job's last about 0.25 s) is sampled
+too. Every step must be (the verdict counts those that were not)."""
 WARMUP_FRACTION = 0.1
 """Steps left out before flatness is judged: imports, first allocations, caches filling."""
 MIN_WARMUP = 5
@@ -77,6 +82,8 @@ def label(pid: int) -> str | None:
         return None
     if "commands.switch" in argv and "--name" in argv:
         return f"switch {argv[argv.index('--name') + 1]}"
+    if Path(argv[0]).name == Bmv2Switch.BINARY and "--log-file" in argv:  # its log: NAME.bmv2.log
+        return f"switch {Path(argv[argv.index('--log-file') + 1]).name.split('.')[0]}"
     if "commands.train" in argv and "--iface" in argv:
         return f"trainer {argv[argv.index('--iface') + 1].split('-')[0]}"
     if "commands.forgive" in argv:
@@ -99,18 +106,6 @@ def sample(pid: int) -> tuple[int, int] | None:
     return rss, fds
 
 
-def steps_done(run_dir: Path) -> int:
-    """The last step every rank has finished (their training records so far)."""
-    files = sorted(run_dir.glob("*.train.jsonl"))
-    if not files:
-        return 0
-    done = []
-    for path in files:
-        steps = [r["step"] for r in read_jsonl(path) if r.get(records.TYPE) == records.TRAIN_STEP]
-        done.append(max(steps, default=0))
-    return min(done)
-
-
 @dataclass
 class Trace:
     """Per process label, per training step (index 0 is step 1): the largest sample."""
@@ -118,25 +113,45 @@ class Trace:
     rss_kib: dict[str, dict[int, int]] = field(default_factory=dict)
     fds: dict[str, dict[int, int]] = field(default_factory=dict)
     samples: int = 0
+    steps: set[int] = field(default_factory=set)
+    """The steps with at least one sample."""
 
     def add(self, step: int, name: str, rss: int, fds: int) -> None:
+        self.steps.add(step)
         for into, value in ((self.rss_kib, rss), (self.fds, fds)):
             per = into.setdefault(name, {})
             per[step] = max(per.get(step, 0), value)
 
 
-def _sampler(root: int, run_dir: Path, steps: int, trace: Trace, stop: threading.Event) -> None:
+def fresh_records(run_dir: Path, since: float) -> list[Path]:
+    """The ranks' training records in `run_dir` written since `since` (time.time()): a
+    results folder used before still holds the last run's until each rank starts its own,
+    and read as they were, they would say the training is already over."""
+    fresh = []
+    for path in sorted(run_dir.glob("*.train.jsonl")):
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_mtime >= since:
+                fresh.append(path)
+    return fresh
+
+
+def _sampler(
+    root: int, run_dir: Path, since: float, steps: int, trace: Trace, stop: threading.Event
+) -> None:
+    progress, sampled, last = StepProgress(), 0, 0.0
     while not stop.is_set():
-        step = steps_done(run_dir) + 1
+        step = progress.done(fresh_records(run_dir, since)) + 1
         if step > steps:
             break  # the training is over; what the command does next (tables, plots) is not
-        for pid in descendants(root):
-            name, figures = label(pid), sample(pid)
-            if name is None or figures is None:
-                continue
-            trace.add(step, name, *figures)
-        trace.samples += 1
-        stop.wait(SAMPLE_EVERY_S)
+        if step != sampled or time.monotonic() - last >= SAMPLE_EVERY_S:
+            for pid in descendants(root):
+                name, figures = label(pid), sample(pid)
+                if name is None or figures is None:
+                    continue
+                trace.add(step, name, *figures)
+            trace.samples += 1
+            sampled, last = step, time.monotonic()
+        stop.wait(LOOK_EVERY_S)
 
 
 @dataclass
@@ -178,6 +193,8 @@ def judge(trace: Trace, steps: int, run: dict | None, code: int) -> Verdict:
                 failures.append(f"{name}: {fd_growth[name]} more descriptors after warm-up")
     if not trace.rss_kib:
         failures.append("no process was sampled")
+    elif unsampled := steps - len(trace.steps & set(range(1, steps + 1))):
+        failures.append(f"{unsampled} of {steps} steps without a sample")
     records = run["steps"] if run else []
     held = bool(records) and all(s["bound_held"] for s in records) and not run["bound_violations"]
     if code != 0:
@@ -246,11 +263,11 @@ def soak(
     policy = "forgive"
     command = [sys.executable, "-m", "commands.forgive", "run", "--steps", str(steps)]
     command += ["--policy", policy, "--timeout", str(timeout), "--out", str(results), *extra]
-    started = time.monotonic()
+    started, since = time.monotonic(), time.time()
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     trace, stop = Trace(), threading.Event()
     thread = threading.Thread(
-        target=_sampler, args=(proc.pid, results / f"{policy}-seed1", steps, trace, stop)
+        target=_sampler, args=(proc.pid, results / f"{policy}-seed1", since, steps, trace, stop)
     )
     thread.start()
     try:
