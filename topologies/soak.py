@@ -90,7 +90,10 @@ def label(pid: int) -> str | None:
         return "forgive run"
     if argv[-1].startswith("mininet:"):
         return f"shell {argv[-1].split(':', 1)[1]}"
-    return Path(argv[0]).name
+    program = Path(argv[0]).name
+    if program.startswith("python") and len(argv) > 1 and not argv[1].startswith("-"):
+        return Path(argv[1]).name  # a script, as simple_switch_CLI setting BMv2's queues
+    return program
 
 
 def sample(pid: int) -> tuple[int, int] | None:
