@@ -299,3 +299,29 @@ def test_a_rank_whose_peer_never_answers_fails_with_a_reason():
     records = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["type"] for r in records] == ["loss_layout", "train_failed"]
     assert records[1]["reason"] == rank.failure
+
+
+def test_a_sender_whose_last_ack_was_lost_completes_after_the_receiver_forgot_the_flow():
+    """A barrier's sender does not wait for its last ACK before its next step (only its
+    receives end a step), so the receiver may finish that step and forget the flow while
+    the ACK is lost (to a switch restarting, say). The sender's resends must still be
+    answered, or the flow fails after max_timeouts rounds, and its rank with it."""
+    a, b = pair(rto=1e-3, rto_max=4e-3, max_timeouts=3)
+    b.endpoint.begin_step(1, critical=True, expected_gradient_bytes=0, now=0.0)
+    b.endpoint.register_flow(9, 1, "other", 0.0)
+    a.endpoint.send("10.0.0.2", 9, bytes(9000), "other", 0.0, step=1)
+    now, received = 0.0, []
+    while not received:  # every frame from b lost
+        for parts in a.frames_to_send(now):
+            b.receive_frame(b"".join(parts), now)
+        b.frames_to_send(now)
+        received = [e for e in events(b.endpoint) if isinstance(e, RecvDone)]
+        now = max(now, a.get_timer() or now)
+        a.handle_timer(now)
+    b.endpoint.forget_step(1)  # the step after it has finished at b
+    assert b.endpoint.rx.flow_state(9) is None
+    sent: list = []
+    wire(a, b, lambda: bool(sent.extend(events(a.endpoint)) or sent))
+    (done,) = sent
+    assert isinstance(done, SendDone) and done.acked_bytes == 9000, done
+    assert b.endpoint.summary()["core_rx"]["unknown_flow"] == 0

@@ -34,6 +34,14 @@ _ELIGIBLE = int(Flag.ELIGIBLE)
 _EXHAUSTED = int(Flag.EXHAUSTED)
 _ECE = int(Flag.ECE)
 _TRIMMED = int(Flag.TRIMMED)
+FINISHED_KEPT = 1024
+"""How many finished flows a receiver still answers for after forgetting them (their totals
+alone, oldest dropped first). A sender may not have heard the last ACK of a flow whose
+receiver has finished and forgotten it: a step ends on its receives, so a barrier's sender
+goes on to the next step without that ACK, and its receiver may finish that step and
+forget the flow while the ACK is lost (a switch restarting). The sender resends for up to
+max_timeouts rounds; answered, its flow completes, where an unknown flow's DATA would be
+dropped and the flow fail."""
 
 
 @dataclass(frozen=True)
@@ -165,9 +173,11 @@ class ForgiveReceiver:
         self._rng = rng if rng is not None else random.Random(self.policy.seed)
         self._steps: dict[int, StepEntry] = {}
         self._flows: dict[int, RxFlow] = {}
+        self._finished: dict[int, int] = {}
+        """Flows finished and forgotten, oldest first: their totals (FINISHED_KEPT)."""
         self._completed: list[int] = []
         self._cnp_due: list[tuple[float, int]] = []
-        self._counts = {"data": 0, "trimmed": 0, "duplicate": 0}
+        self._counts = {"data": 0, "trimmed": 0, "duplicate": 0, "finished": 0}
         self.rejected: Counter[str] = Counter()
 
     @property
@@ -214,6 +224,7 @@ class ForgiveReceiver:
         """
         if flow_id in self._flows:
             raise ValueError(f"flow {flow_id} is already registered")
+        self._finished.pop(flow_id, None)  # the id names a new flow now
         if size is not None and not (isinstance(size, int) and 0 < size < 2**32):
             raise ValueError(f"flow size must be an integer in 1..2**32-1, got {size!r}")
         entry = self._steps.get(step) if step is not None else None
@@ -232,7 +243,14 @@ class ForgiveReceiver:
         )
 
     def forget_flow(self, flow_id: int) -> None:
-        self._flows.pop(flow_id, None)
+        """Drop a flow's state; a finished one's total is kept (FINISHED_KEPT)."""
+        flow = self._flows.pop(flow_id, None)
+        if flow is None or not flow.complete:
+            return
+        finished = self._finished
+        finished[flow_id] = flow.rcv_nxt
+        if len(finished) > FINISHED_KEPT:
+            del finished[next(iter(finished))]
 
     # -- inspection -----------------------------------------------------------
 
@@ -332,6 +350,11 @@ class ForgiveReceiver:
             counts["trimmed"] += 1
         flow = self._flows.get(flow_id)
         if flow is None:
+            if self._finished.get(flow_id) == aux:
+                # A resend of a flow finished and forgotten: everything is settled. The
+                # step's entry is gone with it, so no ELIGIBLE or EXHAUSTED (Flags).
+                counts["finished"] += 1
+                return [FTH_STRUCT.pack(_VO_ACK, _ECE if ce else 0, length, flow_id, aux, seq)]
             self.rejected["unknown_flow"] += 1
             return []
         if flow.total is None:
