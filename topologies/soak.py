@@ -238,10 +238,12 @@ def plot(path: Path, trace: Trace, verdict: Verdict, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 8), sharex=True)
-    for name in sorted(trace.rss_kib):
-        steps = sorted(trace.rss_kib[name])
-        top.plot(steps, [trace.rss_kib[name][s] / 1024 for s in steps], label=name, lw=1)
-        bottom.plot(steps, [trace.fds[name][s] for s in steps], label=name, lw=1)
+    colours = plt.get_cmap("tab20").colors  # 16 or so processes: the default 10 would repeat
+    for i, name in enumerate(sorted(trace.rss_kib)):
+        steps, colour = sorted(trace.rss_kib[name]), colours[i % len(colours)]
+        rss = [trace.rss_kib[name][s] / 1024 for s in steps]
+        top.plot(steps, rss, label=name, lw=1, color=colour)
+        bottom.plot(steps, [trace.fds[name][s] for s in steps], label=name, lw=1, color=colour)
     for ax in (top, bottom):
         ax.axvline(verdict.warmup, color="grey", ls=":", label="end of warm-up")
         ax.grid(alpha=0.3)
