@@ -48,6 +48,7 @@ NUMBERS = (
     ("host_link_mbps", 0.0, False),
     ("byte_scale", 0.0, False),
     ("timeout", 0.0, False),
+    ("jitter", 0.0, True),
 )
 """Numeric options: attribute, bound, whether the bound itself is allowed."""
 
@@ -134,6 +135,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="divide every byte quantity by this (default 64)",
     )
+    parser.add_argument(
+        "--jitter",
+        type=float,
+        default=0.0,
+        metavar="FRAMES",
+        help="--engine sim: each host frame reaches its switch port up to this many frame "
+        "times late, seeded (default 0: exact timing; docs/simulation.md)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="per run, s")
     parser.add_argument(
         "--switch-restarts",
@@ -187,6 +196,7 @@ def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
             dcqcn=dcqcn_profile(args),
             cc=args.cc,
             switch_restarts=args.switch_restarts,
+            jitter_frames=args.jitter,
         )
         for policy in policies
         for seed in seeds
@@ -204,6 +214,11 @@ def _describe(config: RunConfig) -> str:
         f"host links {sc.host_link_bps / 1e6:g} Mbit/s for {fabric.host_link_gbps:g} Gbit/s, "
         f"bytes / {sc.byte_scale:g}, time x {sc.time_scale:g}; switch {config.switch}, "
         f"engine {config.engine}"
+        + (
+            f", host frames up to {config.jitter_frames:g} frame times late"
+            if config.jitter_frames
+            else ""
+        )
     )
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from topologies.cache import RESULT, RunCache, link_runs, run_cached, run_key
+from topologies.cache import RESULT, RunCache, config_doc, link_runs, run_cached, run_key
 from topologies.fabric import preset
 from topologies.results import RunResult, StepResult
-from topologies.runner import RunConfig, Workload
+from topologies.runner import RunConfig, RunError, Workload
 
 BASE = RunConfig(preset("2to1"), policy="forgive", seed=1)
 
@@ -47,9 +47,19 @@ def test_the_key_follows_what_decides_a_run_and_nothing_else():
         replace(BASE, companion="dcqcn"),
         replace(BASE, workload=Workload(steps=3)),
         replace(BASE, fabric=preset("4to1")),
+        replace(BASE, engine="sim", jitter_frames=1.0),
     ]
     keys = {run_key(c) for c in others}
     assert len(keys) == len(others) and run_key(BASE) not in keys
+    # runs in exact timing keep the keys they had before the jitter option existed
+    assert "jitter_frames" not in config_doc(replace(BASE, engine="sim"))
+
+
+def test_jitter_is_refused_outside_the_simulator_and_below_zero():
+    with pytest.raises(RunError, match="--jitter needs --engine sim"):
+        replace(BASE, jitter_frames=1.0).validate()
+    with pytest.raises(RunError, match="--jitter must be a finite number >= 0"):
+        replace(BASE, engine="sim", jitter_frames=-0.5).validate()
 
 
 def test_runs_once_then_from_the_cache_and_fresh_on_demand(tmp_path):

@@ -11,7 +11,7 @@ from host_agent.endpoint import EndpointConfig
 from host_agent.events import RecvDone
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
-from topologies.virtual import VirtualFabric, star
+from topologies.virtual import SimulationError, VirtualFabric, star
 
 HEADERS = FRAME_BYTES - PACKET_BYTES
 """Ethernet, IPv4, UDP and FTH bytes in front of every payload."""
@@ -126,3 +126,47 @@ def test_trimmed_headers_overtake_the_queued_data():
     assert len(sizes) > trims
     assert set(sizes[1:]) == {TRIMMED_FRAME_LEN}, "no queued DATA left while a header waited"
     assert sim.pipelines["s1"].ports[SENDERS + 1].low_bytes == QUEUE_FRAMES * FRAME_BYTES
+
+
+PHASE_PACKETS = 300
+"""Per sender: long enough for the shared port to trim a few hundred headers."""
+
+
+def phase_trims(jitter_frames: float, seed: int) -> list[int]:
+    """Two senders at the line rate (no congestion control) into one port as fast as either:
+    the trimmed headers each of their flows brought the receiver."""
+    host = HostConfig(
+        endpoint=EndpointConfig(
+            policy=parse_policy("dcqcn"), line_rate_bps=1e9, rto=1e-2, rto_max=1.0, dcqcn="off"
+        )
+    )
+    description = star(
+        3, 1_000_000_000, 8 * FRAME_BYTES, ecn_kmin=NO_MARKS, ecn_kmax=NO_MARKS, ecn_pmax=0
+    )
+    sim = VirtualFabric(description, host, delay_s=1e-6, seed=seed, jitter_frames=jitter_frames)
+    recorder = Recorder()
+    sim.apps[2].append(recorder)
+    for src in (0, 1):
+        send(sim, src, 2, flow=10 + src, size=PHASE_PACKETS * PACKET_BYTES)
+    sim.start()
+    sim.run(lambda: {10, 11} <= set(recorder.done), limit_s=1.0)
+    return [sim.hosts[2].endpoint.rx.flow_state(flow)["trims"] for flow in (10, 11)]
+
+
+def test_exact_timing_trims_one_of_two_equally_paced_senders_only():
+    """Both senders' frames reach the full queue together, the first host's always first:
+    the phase effect that `jitter_frames` exists to break (docs/simulation.md)."""
+    first, second = phase_trims(0.0, seed=1)
+    assert second > 200 and first < 0.05 * second
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_jittered_senders_share_the_trims(seed):
+    trims = phase_trims(1.0, seed)
+    assert min(trims) > 0.35 * sum(trims), trims
+
+
+def test_jitter_is_seeded_and_refused_when_negative():
+    assert phase_trims(1.0, seed=3) == phase_trims(1.0, seed=3)
+    with pytest.raises(SimulationError, match="jitter_frames"):
+        VirtualFabric(star(2), HostConfig(), delay_s=1e-6, jitter_frames=-1.0)

@@ -12,6 +12,7 @@ removed before it returns.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -110,6 +111,11 @@ class RunConfig:
     started again on its interfaces, the controller sees its stream end and gives it the
     pipeline and every entry again, the flows recover by retransmission, and each outage is
     counted in the result (RunResult.switch_restarts)."""
+    jitter_frames: float = 0.0
+    """Simulator only: the most a host's frame is late at its switch port, in full frames at
+    the host's line rate (topologies.virtual; 0, exact timing). It breaks the fixed phase
+    between equally paced senders that exact timing keeps and the emulation's late
+    processes never do (docs/simulation.md, "Agreement with the emulation")."""
 
     def validate(self) -> None:
         """Refuse a bad configuration before anything is started (one-line RunError)."""
@@ -132,6 +138,12 @@ class RunConfig:
         if self.switch_restarts and self.engine != "mininet":
             raise RunError(
                 "--switch-restarts needs --engine mininet (the simulator has no processes)"
+            )
+        if not (0.0 <= self.jitter_frames < math.inf):
+            raise RunError(f"--jitter must be a finite number >= 0, got {self.jitter_frames}")
+        if self.jitter_frames and self.engine != "sim":
+            raise RunError(
+                "--jitter needs --engine sim (the emulation's hosts are late by themselves)"
             )
         if self.companion is not None and self.fabric.host_count < 4:
             raise RunError("a second job needs a fabric of at least 4 hosts (2 per job)")

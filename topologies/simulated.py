@@ -121,6 +121,7 @@ def run_simulated(
                 logs=logs,
                 outs=outs,
                 watch=sampler,
+                jitter_frames=config.jitter_frames,
             )
         except SimulationError as err:
             raise RunError(f"{label or config.policy}: {err}") from None

@@ -18,14 +18,26 @@ propagation delay, and advances SimPy's clock to the next thing due:
   at the far end of the link one serialisation time and one delay later.
 
 Nothing here decides anything about a packet. All randomness is seeded
-(each switch's marking draw, each host's ports and the protocol's draws), and
-SimPy breaks ties between simultaneous events in the order they were
-scheduled, so one seed gives the same run, byte for byte.
+(each switch's marking draw, each host's ports and the protocol's draws, the
+link jitter below), and SimPy breaks ties between simultaneous events in the
+order they were scheduled, so one seed gives the same run, byte for byte.
+
+Exact timing has one artifact a real fabric lacks: senders paced at the same
+rate keep the same phase against each other for as long as they run, so when
+a full queue has room for one of two frames that arrive together it is the
+same sender's frame, every time, that is trimmed or marked (the phase effect
+of Floyd and Jacobson, "On Traffic Phase Effects in Packet-Switched
+Gateways", 1992). `jitter_frames` breaks it: each frame a host sends reaches
+its switch port up to that many full-frame times (at the host's line rate)
+late, a uniform draw per frame from the host's own seeded generator, its
+order behind the host's earlier frames kept. 0, the default, is exact timing
+(docs/simulation.md, "Agreement with the emulation").
 """
 
 from __future__ import annotations
 
 import io
+import random
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import IO
@@ -116,7 +128,9 @@ class VirtualFabric:
     endpoint's `line_rate_bps` is the NIC rate (each host's own address and
     gateway are filled in here). Switch
     ports take their rate and queue sizes from the description, as the
-    controller shapes them; `delay_s` is every link's propagation delay.
+    controller shapes them; `delay_s` is every link's propagation delay; `jitter_frames`
+    the most a host's frame is late at its switch port, in full frames at the host's
+    line rate (see the module docstring).
     """
 
     def __init__(
@@ -128,8 +142,14 @@ class VirtualFabric:
         seed: int = 0,
         p4info_path=None,
         logs: list[IO[str]] | None = None,
+        jitter_frames: float = 0.0,
     ) -> None:
         from controller import P4INFO
+
+        if not (0.0 <= jitter_frames < float("inf")):
+            raise SimulationError(
+                f"jitter_frames must be a finite number >= 0, got {jitter_frames}"
+            )
 
         self.env = simpy.Environment()
         self.fabric = fabric
@@ -158,6 +178,12 @@ class VirtualFabric:
         self.apps: list[list] = [[] for _ in self.attachments]
         self._host_bit = [8.0 / h.config.endpoint.line_rate_bps for h in self.hosts]
         self._host_free = [0.0] * len(self.hosts)
+        self._jitter = [jitter_frames * DATA_FRAME_LEN * bit for bit in self._host_bit]
+        """Per host, the most a frame is late at its switch port (s); 0: exact."""
+        self._jitter_rng = [random.Random(f"jitter {seed} {i}") for i in range(len(self.hosts))]
+        self._host_last = [0.0] * len(self.hosts)
+        """Per host, when its latest frame reaches its switch port (a late frame's successors
+        are not earlier)."""
         self._wake: list[Timeout | None] = [None] * len(self.hosts)
         self._wake_at: list[float | None] = [None] * len(self.hosts)
         self.counters: dict[str, CounterArrays] = {}
@@ -287,10 +313,17 @@ class VirtualFabric:
             frames = host.frames_to_send(now)
             if frames:
                 free = self._host_free[i]
+                jitter = self._jitter[i]
                 for parts in frames:
                     frame = bytearray().join(parts)
                     free = (free if free > now else now) + len(frame) * bit
-                    Timeout(env, free + delay - now, frame).callbacks.append(ingress)
+                    if jitter:
+                        at = free + delay + self._jitter_rng[i].random() * jitter
+                        last = self._host_last[i]
+                        at = self._host_last[i] = at if at > last else last
+                        Timeout(env, at - now, frame).callbacks.append(ingress)
+                    else:
+                        Timeout(env, free + delay - now, frame).callbacks.append(ingress)
                 self._host_free[i] = free
                 self.frames_moved += len(frames)
             event = host.next_event()
@@ -421,12 +454,13 @@ def train_jobs(
     logs: list[IO[str]] | None = None,
     outs: list[IO[str]] | None = None,
     watch: Callable[[VirtualFabric, list[Rank]], Generator] | None = None,
+    jitter_frames: float = 0.0,
 ) -> tuple[VirtualFabric, list[Rank], list[IO[str]]]:
     """Run training jobs side by side on one fabric, each on its own hosts, until all end.
 
     Ranks come back job after job, in rank order, and so do `outs`; a host no job uses
     runs the first job's agent configuration and stays idle. The fabric's randomness
-    is seeded by the first job's seed."""
+    (its jitter too, `jitter_frames`: VirtualFabric) is seeded by the first job's seed."""
     where = host_ports(fabric)
     owner: dict[int, Job] = {}
     for job in jobs:
@@ -438,7 +472,14 @@ def train_jobs(
         replace(j.host, endpoint=replace(j.host.endpoint, seed=j.cfg.seed))
         for j in (owner.get(i, jobs[0]) for i in range(len(where)))
     ]
-    sim = VirtualFabric(fabric, configs, delay_s=delay_s, seed=jobs[0].cfg.seed, logs=logs)
+    sim = VirtualFabric(
+        fabric,
+        configs,
+        delay_s=delay_s,
+        seed=jobs[0].cfg.seed,
+        logs=logs,
+        jitter_frames=jitter_frames,
+    )
     if outs is None:
         outs = [io.StringIO() for job in jobs for _ in job.placement]
     ranks = []
