@@ -4,6 +4,7 @@ per packet; and how fabric files and command lines set them (and the TP phase)."
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import pytest
 from helpers import ack, cnp
@@ -11,9 +12,10 @@ from link import Impairments, Link
 
 from common.wire import PACKET_BYTES, decode
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
+from topologies.cache import run_key
 from topologies.fabric import FabricError, parse, plan, preset, with_scaling
 from topologies.options import with_regime
-from topologies.runner import bdp_bytes
+from topologies.runner import RunConfig, bdp_bytes
 from topologies.scaling import Scaling
 
 K = PACKET_BYTES
@@ -96,6 +98,42 @@ def test_qp_state_carries_alpha_and_rate_from_one_message_to_the_next(profile):
     assert other_qp["rate_bps"] == LINE  # another traffic class is another QP
     _, fresh, _ = run(qp_state=False)
     assert fresh["rate_bps"] == LINE and fresh["alpha"] == 1.0
+
+
+def test_with_congestion_control_off_state_per_qp_sends_what_state_per_message_sends():
+    """So the run cache keeps one run for both (topologies.cache.config_doc)."""
+
+    def trace(qp_state: bool):
+        tx = ForgiveSender(
+            DcqcnParams.for_profile("off", LINE), rto=1.0, rto_max=1.0, window_bytes=4 * K,
+            qp_state=qp_state,
+        )  # fmt: skip
+        qp = ("b", "gradient")
+        tx.open_flow(1, 20 * K, now=0.0, peer="b", qp=qp)
+        tx.open_flow(2, 20 * K, now=0.0, peer="b", qp=qp)  # open at once on one QP
+        sent, now = [], 0.0
+        for step in range(200):
+            sent += [(now, frame) for frame in tx.poll(now)]
+            if step in (3, 9):
+                tx.receive(cnp(1), now)
+            if step == 20:
+                tx.receive(ack(1, 20 * K, 19 * K, K), now)
+                tx.close_flow(1)
+                tx.open_flow(3, 20 * K, now=now, peer="b", qp=qp)  # the QP's next message
+            deadline = tx.next_deadline()
+            if deadline is None:
+                break
+            now = max(now, deadline)
+        return sent, [tx.flow_state(f) for f in (2, 3)]
+
+    per_qp, per_message = trace(True), trace(False)
+    assert len(per_qp[0]) > 20 and per_qp[1][1]["rate_bps"] == LINE
+    assert per_qp == per_message
+    off = RunConfig(preset("2to1"), policy="dcqcn", dcqcn="off")
+    qp_fabric = with_regime(preset("2to1"), _args(dcqcn_state="qp"))
+    assert run_key(replace(off, fabric=qp_fabric)) == run_key(off)
+    on = replace(off, dcqcn="paper")
+    assert run_key(replace(on, fabric=qp_fabric)) != run_key(on)
 
 
 def test_payload_bytes_sets_the_segment_size():

@@ -20,6 +20,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from host_agent.core.dcqcn import OFF
+from topologies.fabric import NicSettings
 from topologies.results import RunResult
 from topologies.runner import RunConfig
 from topologies.typed import RecordError
@@ -40,6 +42,10 @@ def config_doc(config: RunConfig) -> dict[str, Any]:
         doc.pop("switch_restarts")  # nor do runs that restart no switch change theirs
     if not doc["jitter_frames"]:
         doc.pop("jitter_frames")  # nor do runs in exact timing
+    if doc["dcqcn"] == OFF and "cc" not in doc:
+        # congestion control off: every flow at the line rate whatever its QP, so DCQCN
+        # state per QP runs what state per message runs (tests/test_sender_options.py)
+        doc["fabric"]["nic"]["dcqcn_state"] = NicSettings.dcqcn_state
     return {"cache_version": CACHE_VERSION, **doc}
 
 

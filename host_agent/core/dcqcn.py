@@ -29,7 +29,9 @@ from typing import Any
 
 DEFAULT_PROFILE = "paper"
 """The profile every host runs unless told otherwise (`--dcqcn`)."""
-PROFILES = (DEFAULT_PROFILE, "nic", "off")
+OFF = "off"
+"""The profile of congestion control off: the reaction point never cuts."""
+PROFILES = (DEFAULT_PROFILE, "nic", OFF)
 
 _PAPER: dict[str, Any] = {
     # Zhu et al. 2015: g = 1/256, alpha and rate timers of 55 us, a 10 MB byte
@@ -176,7 +178,7 @@ def new_rate(params: DcqcnParams, now: float) -> DcqcnRate | NicDcqcnRate | Line
     """A flow's reaction point for the params' profile."""
     if params.profile == "nic":
         return NicDcqcnRate(params, now)
-    if params.profile == "off":
+    if params.profile == OFF:
         return LineRate(params)
     return DcqcnRate(params, now)
 
