@@ -4,13 +4,16 @@ PYTHON ?= /usr/bin/python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the project needs at run time and in its tests.
-APT_PACKAGES := python3-venv mininet bridge-utils iperf3 tcpdump ethtool iproute2 python3-thrift iputils-ping chromium chromium-driver
+APT_PACKAGES := python3-venv python3-dev gcc mininet bridge-utils iperf3 tcpdump ethtool iproute2 python3-thrift iputils-ping chromium chromium-driver
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
 .PHONY: setup run test soak lint format bench bench-agent bench-bmv2 bench-switch clean p4 p4-nic p4-tna ptf
 
+# The hot modules compiled by mypyc into build/native (common/native.py): rebuilt
+# here whenever one of their sources changed, a no-op otherwise; FORGIVE_PURE=1 runs without.
 setup: $(STAMP_PIP)
+	@$(BIN)/python -W ignore::RuntimeWarning -c 'from common.native import build; build()'
 
 $(STAMP_APT): Makefile
 	@missing=$$(for p in $(APT_PACKAGES); do \
@@ -24,7 +27,7 @@ $(STAMP_APT): Makefile
 
 $(STAMP_PIP): $(STAMP_APT) pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,impact]'
+	$(BIN)/python -m pip install -q -e '.[test,impact,native]'
 	@touch $@
 
 # The main job: the default comparison of policies on the switch model (root: Mininet).

@@ -80,7 +80,7 @@ def ipv4_words_checksum(words: tuple[int, ...]) -> int:
     return ~csum_fold(sum(words)) & 0xFFFF
 
 
-def ipv4_checksum(header: bytes, offset: int = 0) -> int:
+def ipv4_checksum(header: bytes | bytearray, offset: int = 0) -> int:
     """`ipv4_words_checksum` of the 20-byte IPv4 header at `offset`."""
     return ipv4_words_checksum(_IP_WORDS.unpack_from(header, offset))
 
@@ -178,7 +178,7 @@ _FRAGMENT_BITS = IPV4_MORE_FRAGMENTS | IPV4_FRAGMENT_OFFSET
 """Set in a fragment's flags and offset word, whichever fragment it is."""
 
 
-def parse(frame: bytes) -> Arrival | None:
+def parse(frame: bytes | bytearray) -> Arrival | None:
     """Split a received frame; None for traffic that is not FORGIVE's, MalformedFrame for broken FORGIVE frames.
 
     A frame is FORGIVE's when it is unfragmented IPv4 without options (as
@@ -245,7 +245,7 @@ def arp_frame(
     return body + bytes(60 - len(body))
 
 
-def parse_arp(frame: bytes) -> ArpMessage | None:
+def parse_arp(frame: bytes | bytearray) -> ArpMessage | None:
     """The fields of an Ethernet/IPv4 ARP frame, or None for any other frame."""
     if len(frame) < _ARP.size or frame[12:14] != b"\x08\x06":
         return None

@@ -133,7 +133,8 @@ class MalformedPacket(ValueError):
 @dataclass(frozen=True, slots=True)
 class Fth:
     opcode: Opcode
-    flags: Flag
+    flags: int
+    """Flag bits: a Flag, or the plain int callers often write (0, 0x01)."""
     length: int
     flow_id: int
     seq: int

@@ -331,9 +331,9 @@ class Endpoint:
             flow_id, step=step, gradient=gradient, keep_payload=deliver, size=size
         )
         self._receiving[flow_id] = _Receiving(step, traffic_class, deliver)
-        info = self._steps.get(step)
-        if gradient and info is not None:
-            info.open_gradient_flows += 1
+        opened = self._steps.get(step)
+        if gradient and opened is not None:
+            opened.open_gradient_flows += 1
 
     def send(
         self,

@@ -99,7 +99,7 @@ class Host:
 
     # ----- frames in and out ---------------------------------------------------------
 
-    def receive_frame(self, frame: bytes, now: float) -> None:
+    def receive_frame(self, frame: bytes | bytearray, now: float) -> None:
         try:
             arrival = parse(frame)
         except MalformedFrame as exc:

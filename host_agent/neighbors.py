@@ -67,7 +67,7 @@ class Neighbors:
         else:
             self.dropped += 1
 
-    def on_arp(self, frame: bytes) -> bool:
+    def on_arp(self, frame: bytes | bytearray) -> bool:
         """Learn from an ARP frame, answer requests for our address, release waiting packets.
 
         False when the frame is not ARP at all.

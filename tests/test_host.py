@@ -72,22 +72,12 @@ def test_an_ack_is_never_held_past_a_quarter_of_the_first_timeout():
     assert endpoint.get_timer() == pytest.approx(5.0 + rto / 4)
 
 
-class MisreportingBudget:
-    """A receiver core whose published step state claims a budget of every expected byte."""
-
-    def __init__(self, step_state):
-        self.step_state = step_state
-
-    def __call__(self, step):
-        state = self.step_state(step)
-        return None if state is None else {**state, "budget": state["expected"]}
-
-
 def test_the_bound_check_does_not_trust_the_cores_budget():
     endpoint = Endpoint(EndpointConfig(policy=parse_policy("forgive")), warn=lambda m: None)
     endpoint.begin_step(1, False, 100_000, 0.0)
     assert events(endpoint) == []
-    endpoint.rx.step_state = MisreportingBudget(endpoint.rx.step_state)
+    step = endpoint.rx._steps[1]
+    step.budget = step.expected  # a receiver core that claims a budget of every expected byte
     endpoint.register_flow(5, 1, "gradient", 0.0)
     endpoint.receive(trim(5, 0, 4096, 100_000), PEER, False, 0.0)
     (violation,) = events(endpoint)
@@ -170,14 +160,18 @@ def test_shedding_ends_agree_without_a_packet():
     assert rx_shed == tx_shed and 0 < shed < 40 and sent > 0
 
 
-def wire(a: Host, b: Host, until, limit: int = 100_000) -> float:
-    """Move frames between two hosts with no delay, in virtual time, until `until()`."""
+def wire(a: Host, b: Host, until, limit: int = 100_000, tap=None) -> float:
+    """Move frames between two hosts with no delay, in virtual time, until `until()`;
+    `tap(dst, frame)` sees each frame on its way."""
     now = 0.0
     for _ in range(limit):
         moved = False
         for src, dst in ((a, b), (b, a)):
             for parts in src.frames_to_send(now):
-                dst.receive_frame(b"".join(parts), now)
+                frame = b"".join(parts)
+                if tap is not None:
+                    tap(dst, frame)
+                dst.receive_frame(frame, now)
                 moved = True
         if until():
             return now
@@ -202,13 +196,6 @@ def pair(**endpoint) -> tuple[Host, Host]:
 def test_two_hosts_deliver_every_byte_with_class_and_ecn_on_the_frames():
     a, b = pair()
     seen = []
-    original = b.receive_frame
-
-    def tap(frame, now):
-        seen.append(parse(frame))
-        original(frame, now)
-
-    b.receive_frame = tap
     payload = bytes(range(256)) * 300
     b.endpoint.register_flow(4, 0, "pipeline-parallel", 0.0, deliver=True)
     a.endpoint.send("10.0.0.2", 4, payload, "pipeline-parallel", 0.0)
@@ -220,7 +207,7 @@ def test_two_hosts_deliver_every_byte_with_class_and_ecn_on_the_frames():
                 got.append(e)
         return len(got) == 2
 
-    wire(a, b, finished)
+    wire(a, b, finished, tap=lambda dst, frame: dst is b and seen.append(parse(frame)))
     recv = next(e for e in got if isinstance(e, RecvDone))
     send = next(e for e in got if isinstance(e, SendDone))
     assert recv.payload == payload and send.acked_bytes == len(payload) and send.dst == "10.0.0.2"

@@ -423,7 +423,7 @@ def test_the_emulation_gives_every_trainer_nscc_with_its_timers_stretched(tmp_pa
     """Both engines build the sender from the same EndpointConfig: the simulator directly,
     the emulation through the trainer's command line, which must carry --cc."""
     from commands.agent import config_from
-    from commands.train import arguments
+    from commands.train import arguments, training_config
     from host_agent.endpoint import Endpoint
     from topologies.fabric import plan, preset
     from topologies.runner import RunConfig, _trainer_command
@@ -432,7 +432,9 @@ def test_the_emulation_gives_every_trainer_nscc_with_its_timers_stretched(tmp_pa
     fabric_plan = plan(config.fabric)
     files = {h.name: tmp_path / h.name for h in fabric_plan.hosts}
     cmd = _trainer_command(config, fabric_plan, 0, files, files)
-    endpoint = Endpoint(config_from(arguments().parse_args(cmd[3:])).host.endpoint)
+    args = arguments().parse_args(cmd[3:])
+    args.seed = training_config(args).seed  # as forgive-train's main sets it
+    endpoint = Endpoint(config_from(args).host.endpoint)
     params = endpoint.tx.params
     scaling = config.fabric.scaling
     assert isinstance(params, NsccParams)

@@ -213,7 +213,7 @@ class ForgiveReceiver:
         step: int | None = None,
         gradient: bool = False,
         keep_payload: bool | None = None,
-        size: int | None = None,
+        size: object = None,
     ) -> None:
         """StepOf and IsGradientAllReduce; exemption eligibility is fixed here, once.
 
@@ -225,8 +225,12 @@ class ForgiveReceiver:
         if flow_id in self._flows:
             raise ValueError(f"flow {flow_id} is already registered")
         self._finished.pop(flow_id, None)  # the id names a new flow now
-        if size is not None and not (isinstance(size, int) and 0 < size < 2**32):
-            raise ValueError(f"flow size must be an integer in 1..2**32-1, got {size!r}")
+        # `size: object`, so that bad input reaches this check in the compiled build too
+        total: int | None = None
+        if size is not None:
+            if not (isinstance(size, int) and 0 < size < 2**32):
+                raise ValueError(f"flow size must be an integer in 1..2**32-1, got {size!r}")
+            total = size
         entry = self._steps.get(step) if step is not None else None
         eligible = (
             self.policy.exemption and gradient and entry is not None and entry.open and entry.p > 0
@@ -237,8 +241,8 @@ class ForgiveReceiver:
             step,
             gradient,
             eligible,
-            total=size,
-            size_registered=size is not None,
+            total=total,
+            size_registered=total is not None,
             buffer=bytearray() if keep else None,
         )
 
@@ -328,7 +332,7 @@ class ForgiveReceiver:
 
     # -- the data path --------------------------------------------------------
 
-    def receive(self, buf: bytes, ce: bool, now: float) -> list[bytes]:
+    def receive(self, buf: bytes | bytearray | memoryview, ce: bool, now: float) -> list[bytes]:
         """One arriving FTH packet (DATA, possibly trimmed); returns ACK, NACK and CNP packets."""
         if len(buf) < FTH_LEN:
             self.rejected["short"] += 1
@@ -390,10 +394,16 @@ class ForgiveReceiver:
         return replies
 
     def _on_data(
-        self, flow: RxFlow, seq: int, end: int, buf: bytes, ce: bool, replies: list[bytes]
+        self,
+        flow: RxFlow,
+        seq: int,
+        end: int,
+        buf: bytes | bytearray | memoryview,
+        ce: bool,
+        replies: list[bytes],
     ) -> None:
         """The arrival table's right-hand column: absent/Requested -> Received; settled stays."""
-        entry = self._steps.get(flow.step) if flow.gradient else None
+        entry = self._steps.get(flow.step) if flow.gradient and flow.step is not None else None
         if not flow.scoreboard and seq == flow.rcv_nxt:
             # The common case: in order, nothing pending above. Absent -> Received.
             fresh = [(seq, end)]

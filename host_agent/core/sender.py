@@ -212,7 +212,7 @@ class ForgiveSender:
         *,
         rto: float = 1e-3,
         rto_max: float = 0.2,
-        max_timeouts: int = MAX_TIMEOUTS,
+        max_timeouts: object = MAX_TIMEOUTS,  # object: checked below, compiled or not
         window_bytes: float = 0.0,
         qp_state: bool = False,
         payload_bytes: int = PACKET_BYTES,
@@ -515,7 +515,7 @@ class ForgiveSender:
 
     # -- feedback --------------------------------------------------------------
 
-    def receive(self, buf: bytes, now: float) -> None:
+    def receive(self, buf: bytes | bytearray | memoryview, now: float) -> None:
         """An ACK, NACK or CNP for one of our flows. Anything else is counted and dropped."""
         if len(buf) < FTH_LEN:
             self.rejected["short"] += 1

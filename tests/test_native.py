@@ -1,0 +1,81 @@
+"""The hot modules compiled by mypyc (common/native.py) against plain Python: the same
+runs.json byte for byte for one seed, the compiled modules really the ones loaded, and a
+source edited after the build never run as the old machine code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from common import native
+
+RUN = ["run", "--engine", "sim", "--fabric", "2to1", "--steps", "2", "--byte-scale", "64"]
+RUN += ["--policy", "forgive", "--seed", "1"]
+SCRIPT = (
+    "import json, sys\n"
+    "from common import native\n"
+    "from commands.forgive import main\n"
+    "status = main(sys.argv[1:])\n"
+    "print(json.dumps(native.loaded()))\n"
+    "sys.exit(status)\n"
+)
+"""One simulated run in a fresh process (the build is chosen once per process), then which
+of the compiled modules it ran compiled."""
+
+
+def simulate(out, pure: bool) -> dict[str, bool]:
+    env = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
+    env["PYTHONPATH"] = str(native.ROOT)  # this checkout, and so its own build
+    if pure:
+        env[native.PURE_ENV] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *RUN, "--out", str(out)],
+        cwd=native.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_the_compiled_and_the_plain_path_write_the_same_runs_json(tmp_path, monkeypatch):
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+    status = native.build_status()
+    if status == "absent":
+        pytest.skip("no compiled build in this checkout (`make setup` makes one)")
+    assert status == "current", f"the compiled build is stale: {status}; run `make setup`"
+    plain = simulate(tmp_path / "plain", pure=True)
+    compiled = simulate(tmp_path / "compiled", pure=False)
+    assert sorted(plain) == sorted(compiled) and len(compiled) >= 8
+    assert not any(plain.values()), f"FORGIVE_PURE=1 still ran compiled code: {plain}"
+    assert all(compiled.values()), f"a current build was not used: {compiled}"
+    ran = (tmp_path / "compiled" / "runs.json").read_bytes()
+    assert ran == (tmp_path / "plain" / "runs.json").read_bytes()
+    assert json.loads(ran)[0]["trims"] > 0  # the run went through trimming and forgiveness
+
+
+def test_an_edited_source_runs_as_plain_python(tmp_path, monkeypatch):
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+    manifest = tmp_path / "manifest.json"
+    hashes = native.source_hashes()
+    edited = native.COMPILED[0]
+    hashes[edited] = "0" * 64
+    manifest.write_text(json.dumps({"cache_tag": sys.implementation.cache_tag, "sources": hashes}))
+    monkeypatch.setattr(native, "MANIFEST", manifest)
+    assert (
+        native.build_status()
+        == f"{native.source_path(edited).relative_to(native.ROOT)} changed since the build"
+    )
+    monkeypatch.setattr(
+        sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, native._CompiledFinder)]
+    )
+    with pytest.warns(RuntimeWarning, match="changed since the build"):
+        assert native.install() is False
+    assert not any(isinstance(f, native._CompiledFinder) for f in sys.meta_path)
+    monkeypatch.setenv(native.PURE_ENV, "1")
+    assert native.build_status() == "pure"
