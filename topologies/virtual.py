@@ -24,8 +24,8 @@ order they were scheduled, so one seed gives the same run, byte for byte.
 
 Exact timing has one artifact a real fabric lacks: senders paced at the same
 rate keep the same phase against each other for as long as they run, so when
-a full queue has room for one of two frames that arrive together it is the
-same sender's frame, every time, that is trimmed or marked (the phase effect
+a full queue has room for one of two frames that arrive close together it is,
+time after time, the same sender's frame that is trimmed or marked (the phase effect
 of Floyd and Jacobson, "On Traffic Phase Effects in Packet-Switched
 Gateways", 1992). `jitter_frames` breaks it: each frame a host sends reaches
 its switch port up to that many full-frame times (at the host's line rate)
