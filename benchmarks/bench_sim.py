@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_core import best_rate, sender_run
 
 from topologies.fabric import FabricSpec
-from topologies.runner import JOBS, RunConfig
+from topologies.runplan import JOBS, RunConfig
 from topologies.simulated import DEFAULT_BYTE_SCALE, run_simulated, sim_scaling
 
 GOAL_RATIO = 0.5

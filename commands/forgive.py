@@ -34,8 +34,10 @@ from topologies.options import (
     tp_phase,
     with_regime,
 )
+from topologies.progress import say
 from topologies.report import FolderError, writable_folder, write_results
-from topologies.runner import ENGINES, JOBS, RunConfig, RunError, require_root, say
+from topologies.runner import require_root
+from topologies.runplan import ENGINES, JOBS, RunConfig, RunError
 from topologies.sweep import run_all, run_one
 
 DEFAULT_POLICIES = ("tight", "forgive", "dcqcn", "shed")

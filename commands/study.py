@@ -43,9 +43,10 @@ from topologies.options import (
     tp_phase,
     with_regime,
 )
+from topologies.progress import say
 from topologies.report import FolderError, writable_folder
 from topologies.results import RunResult
-from topologies.runner import ENGINES, JOBS, RunConfig, RunError, say
+from topologies.runplan import ENGINES, JOBS, RunConfig, RunError
 from topologies.sweep import run_one
 
 DEFAULT_SEEDS = (1, 2, 3)

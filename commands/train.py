@@ -1,9 +1,11 @@
 """`forgive-train`: one rank of an emulated data-parallel job and its host agent, in one process.
 
 The rank (`workload.rank.Rank`) and the host below it are sans-IO state
-machines; this program is their raw-socket driver. The training settings
-come either as one JSON object (`--config`, the form `forgive run` uses:
-`TrainingConfig.to_json()`) or as flags named after the fields of
+machines; this program is their raw-socket driver. `forgive run` gives it
+everything as one JSON object, its host's entry of the run plan (`--host`:
+`workload.hostplan.HostEntry.to_json()`). Run by hand, it takes the agent's
+options of `forgive-agent` and the training settings as one JSON object
+(`--config`: `TrainingConfig.to_json()`) or as flags named after the fields of
 `workload.plan.TrainingConfig`; flags given beside `--config` override it.
 """
 
@@ -16,7 +18,9 @@ import time
 from typing import Any
 
 from commands.agent import agent_arguments, config_from, exit_on_signals
-from host_agent.agent import HostAgent
+from host_agent.agent import AgentConfig, HostAgent
+from host_agent.host import HostConfig
+from workload.hostplan import HostEntry
 from workload.plan import TrainingConfig
 from workload.rank import Rank
 
@@ -85,27 +89,51 @@ def arguments() -> argparse.ArgumentParser:
     return parser
 
 
+def agent_config(entry: HostEntry) -> AgentConfig:
+    """The raw-socket agent of a run plan's host entry: its endpoint on the host's
+    interface, every frame to the leaf port it hangs off."""
+    host = HostConfig(ip=entry.ip, endpoint=entry.endpoint, gateway_mac=entry.gateway_mac)
+    return AgentConfig(iface=entry.iface, host=host, stats_path=entry.stats_file)
+
+
+def _from_flags(args: argparse.Namespace) -> tuple[AgentConfig, TrainingConfig]:
+    cfg = training_config(args)
+    args.seed = cfg.seed
+    config = config_from(args)
+    ip = config.host.ip
+    if ip is not None and ip != cfg.ranks[cfg.rank]:
+        raise ValueError(f"--ip {ip} is not rank {cfg.rank}'s address")
+    config.host.ip = cfg.ranks[cfg.rank]
+    return config, cfg
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = arguments().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    by_entry = argparse.ArgumentParser(add_help=False)
+    by_entry.add_argument("--host")
+    given, rest = by_entry.parse_known_args(argv)
     try:
-        cfg = training_config(args)
-        args.seed = cfg.seed
-        agent_config = config_from(args)
-        ip = agent_config.host.ip
-        if ip is not None and ip != cfg.ranks[cfg.rank]:
-            raise ValueError(f"--ip {ip} is not rank {cfg.rank}'s address")
-        agent_config.host.ip = cfg.ranks[cfg.rank]
-        agent = HostAgent(agent_config)
+        if given.host is None:
+            args = arguments().parse_args(argv)
+            config, cfg = _from_flags(args)
+            out_path, timeout = args.out, args.timeout
+        else:
+            if rest:
+                raise ValueError(f"--host takes no other option, got {' '.join(rest)}")
+            entry = HostEntry.from_json(given.host)
+            config, cfg = agent_config(entry), entry.training
+            out_path, timeout = entry.train_file, entry.timeout_s
+        agent = HostAgent(config)
     except (ValueError, OSError) as exc:
         print(f"forgive-train: {exc}", file=sys.stderr)
         return 2
     exit_on_signals()
-    out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
+    out = sys.stdout if out_path == "-" else open(out_path, "w", encoding="utf-8")  # noqa: SIM115
     rank = Rank(
         cfg, agent.endpoint, out, warn=lambda m: print(f"forgive-train: {m}", file=sys.stderr)
     )
     agent.apps.append(rank)
-    deadline = time.monotonic() + args.timeout
+    deadline = time.monotonic() + timeout
     try:
         rank.start(agent.now())
         agent.run(until=lambda: rank.finished or time.monotonic() > deadline)
@@ -119,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"forgive-train: rank {cfg.rank}: {rank.failure}", file=sys.stderr)
         return 1
     if not rank.finished:
-        print(f"forgive-train: rank {cfg.rank} timed out after {args.timeout} s", file=sys.stderr)
+        print(f"forgive-train: rank {cfg.rank} timed out after {timeout} s", file=sys.stderr)
         return 1
     return 1 if rank.failed else 0
 

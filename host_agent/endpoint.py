@@ -20,7 +20,7 @@ import socket
 import sys
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from common import records
@@ -162,6 +162,49 @@ class EndpointConfig:
             raise ValueError(
                 f"payload must lie in 1..{PACKET_BYTES} bytes, got {self.payload_bytes}"
             )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as JSON values (the policy by its name, DSCPs as text): how a
+        run plan hands it to a trainer process, which reads it back with `from_dict`."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["policy"] = self.policy.name
+        out["trim_locations"] = {str(dscp): where for dscp, where in self.trim_locations.items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> EndpointConfig:
+        """Build and validate a configuration from `to_dict`'s form; ValueError names an
+        unknown setting or one of the wrong type."""
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"unknown endpoint setting(s) {', '.join(unknown)}")
+        given = dict(values)
+        policy = given.pop("policy", DEFAULT_POLICY)
+        locations = given.pop("trim_locations", {})
+        if not isinstance(policy, str):
+            raise ValueError(f"endpoint setting policy = {policy!r} is not a policy name")
+        if not isinstance(locations, dict) or not all(
+            isinstance(d, str) and d.isdecimal() for d in locations
+        ):
+            raise ValueError(f"endpoint setting trim_locations = {locations!r} is not DSCP -> name")
+        for name, value in given.items():
+            default = known[name].default
+            kind = int if default is None else type(default)
+            fits = (
+                (value is None and default is None)
+                or (isinstance(value, bool) == (kind is bool) and isinstance(value, kind))
+                or (kind is float and isinstance(value, int) and not isinstance(value, bool))
+            )
+            if not fits:
+                raise ValueError(f"endpoint setting {name} = {value!r} is not {kind.__name__}")
+        config = cls(
+            policy=parse_policy(policy),
+            trim_locations={int(d): where for d, where in locations.items()},
+            **given,
+        )
+        config.validate()
+        return config
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ from study.claims import ABOVE, Claim
 from study.slack import allreduce_bound_s
 from study.variants import DCQCN, TIGHT, Variant
 from topologies.results import RunResult
-from topologies.runner import RunConfig
+from topologies.runplan import RunConfig
 
 CC_OFF = "cc-off"
 CC_OFF_PROFILE = "off"

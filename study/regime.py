@@ -30,7 +30,7 @@ from topologies.fabric import (
 )
 from topologies.options import REGIME_PROFILES
 from topologies.results import RunResult, render_table
-from topologies.runner import RunConfig, RunError
+from topologies.runplan import RunConfig, RunError
 from workload.plan import TP_PHASES
 
 TIGHT, FORGIVE = "tight", "forgive"

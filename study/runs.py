@@ -9,7 +9,7 @@ from host_agent.core import DEFAULT_PROFILE
 from study.variants import NONBLOCKING, Variant, wrong_steps
 from topologies.fabric import FabricSpec
 from topologies.results import RunResult
-from topologies.runner import RunConfig, Workload
+from topologies.runplan import RunConfig, Workload
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 
 from topologies.fabric import plan
-from topologies.runner import RunConfig
+from topologies.runplan import RunConfig
 
 
 def busiest_uplink_hops(config: RunConfig) -> tuple[int, int]:

@@ -10,7 +10,7 @@ import pytest
 from topologies.cache import RESULT, RunCache, config_doc, link_runs, run_cached, run_key
 from topologies.fabric import preset
 from topologies.results import RunResult, StepResult
-from topologies.runner import RunConfig, RunError, Workload
+from topologies.runplan import RunConfig, RunError, Workload
 
 BASE = RunConfig(preset("2to1"), policy="forgive", seed=1)
 

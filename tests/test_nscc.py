@@ -421,20 +421,17 @@ def test_an_8_to_1_incast_lands_near_uet_htsims_published_result():
 
 def test_the_emulation_gives_every_trainer_nscc_with_its_timers_stretched(tmp_path):
     """Both engines build the sender from the same EndpointConfig: the simulator directly,
-    the emulation through the trainer's command line, which must carry --cc."""
-    from commands.agent import config_from
-    from commands.train import arguments, training_config
+    the emulation through the host entry each trainer is given as JSON, which must carry
+    the congestion control."""
+    from commands.train import agent_config
     from host_agent.endpoint import Endpoint
-    from topologies.fabric import plan, preset
-    from topologies.runner import RunConfig, _trainer_command
+    from topologies.fabric import preset
+    from topologies.runplan import RunConfig, plan_run
+    from workload.hostplan import HostEntry
 
     config = RunConfig(preset("2to1"), cc="nscc")
-    fabric_plan = plan(config.fabric)
-    files = {h.name: tmp_path / h.name for h in fabric_plan.hosts}
-    cmd = _trainer_command(config, fabric_plan, 0, files, files)
-    args = arguments().parse_args(cmd[3:])
-    args.seed = training_config(args).seed  # as forgive-train's main sets it
-    endpoint = Endpoint(config_from(args).host.endpoint)
+    entry = plan_run(config, tmp_path).hosts[0]
+    endpoint = Endpoint(agent_config(HostEntry.from_json(entry.to_json())).host.endpoint)
     params = endpoint.tx.params
     scaling = config.fabric.scaling
     assert isinstance(params, NsccParams)

@@ -15,7 +15,7 @@ from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, Receive
 from topologies.cache import run_key
 from topologies.fabric import FabricError, parse, plan, preset, with_scaling
 from topologies.options import with_regime
-from topologies.runner import RunConfig, bdp_bytes
+from topologies.runplan import RunConfig, bdp_bytes
 from topologies.scaling import Scaling
 
 K = PACKET_BYTES

@@ -18,7 +18,8 @@ from controller.client import SwitchClient, SwitchUnreachable
 from controller.fabric_control import FabricController
 from controller.topology import parse
 from topologies.processes import is_stopped, stop_process
-from topologies.runner import FabricRun, RunError
+from topologies.runner import FabricRun
+from topologies.runplan import RunError
 
 SERVE = (
     "import sys, time\n"

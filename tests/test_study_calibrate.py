@@ -13,7 +13,7 @@ from study import calibrate
 from study.slack import allreduce_bound_s
 from topologies.fabric import preset
 from topologies.results import RunResult
-from topologies.runner import JOBS, RunConfig
+from topologies.runplan import JOBS, RunConfig
 from topologies.simulated import sim_scaling
 
 ARGS = ["study", "calibrate", "--fabric", "2to1", "--job", "default", "--steps", "5",

@@ -12,7 +12,7 @@ from commands import study as study_cli
 from commands.forgive import main
 from study.variants import VARIANTS
 from topologies.results import RunResult, StepResult
-from topologies.runner import RunConfig
+from topologies.runplan import RunConfig
 
 TIME = {"tight": 100.0, "forgive": 84.0, "dcqcn": 100.5, "forgive-P0": 85.0}
 
@@ -125,7 +125,7 @@ def test_the_plan_gives_each_variant_its_fabric_seeds_job_and_detector():
     from study.runs import Setup, plan
     from study.variants import BY_NAME, FALSE, MISSED, NB_FORGIVE, wrong_steps
     from topologies.fabric import preset
-    from topologies.runner import JOBS
+    from topologies.runplan import JOBS
 
     setup = Setup(
         worst=preset("note-4to1"), nonblocking=preset("note-1to1"), workload=JOBS["note"],

@@ -11,7 +11,7 @@ from commands.forgive import main
 from study import regime
 from topologies.fabric import FabricError
 from topologies.options import fabric_from
-from topologies.runner import JOBS, RunConfig, RunError
+from topologies.runplan import JOBS, RunConfig, RunError
 
 GRID = ["study", "regime", "--fabric", "2to1", "--job", "default", "--steps", "5"]
 GRID += ["--byte-scale", "128", "--seeds", "1", "--cells", "base,step/buffer=4"]

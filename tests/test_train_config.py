@@ -1,28 +1,59 @@
-"""The training configuration goes from the runner to `forgive-train` as one JSON object."""
+"""A host's part of the run plan goes from the runner to `forgive-train` as one JSON object."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from commands.train import arguments, training_config
-from topologies.fabric import plan, preset
-from topologies.runner import RunConfig, Workload, _trainer_command
+from commands.train import agent_config, arguments, training_config
+from topologies.fabric import preset
+from topologies.runplan import RunConfig, Workload, plan_run
+from workload.hostplan import HostEntry
 from workload.plan import TrainingConfig
 
 
-def test_the_runners_command_line_hands_over_the_exact_configuration(tmp_path):
+def test_the_runners_host_entry_hands_over_the_exact_configuration(tmp_path):
     config = RunConfig(preset("2to1"), seed=7, workload=Workload(steps=5, burst=True))
-    fabric_plan = plan(config.fabric)
-    files = {h.name: tmp_path / h.name for h in fabric_plan.hosts}
-    for rank in range(len(fabric_plan.hosts)):
-        cmd = _trainer_command(config, fabric_plan, rank, files, files)
-        args = arguments().parse_args(cmd[3:])
-        assert training_config(args) == config.training_config(fabric_plan, rank)
-        assert training_config(args).seed == 7 and training_config(args).burst_step == 2
+    run = plan_run(config, tmp_path)
+    assert [e.name for e in run.hosts] == [h.name for h in config.rank_hosts(run.fabric)]
+    for rank, entry in enumerate(run.hosts):
+        back = HostEntry.from_json(entry.to_json())
+        assert back == entry
+        assert back.training == config.training_config(run.fabric, rank)
+        assert back.training.seed == 7 and back.training.burst_step == 2
+        agent = agent_config(back)
+        assert agent.iface == f"{entry.name}-eth0" and agent.host.ip == back.training.ranks[rank]
+        assert agent.host.endpoint == entry.endpoint and agent.stats_path == entry.stats_file
+        assert agent.host.gateway_mac == entry.gateway_mac
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.pop("gateway_mac"), "must hold exactly"),
+        (lambda d: d["endpoint"].update(rto="fast"), "rto = 'fast' is not float"),
+        (lambda d: d["endpoint"].update(policy="lenient"), "unknown policy 'lenient'"),
+        (lambda d: d["training"].update(steps=0), "steps"),
+        (lambda d: d.update(job="0"), "job = '0' is not"),
+    ],
+)
+def test_a_bad_host_entry_is_one_line_before_anything_starts(tmp_path, change, message):
+    entry = json.loads(plan_run(RunConfig(preset("2to1")), tmp_path).hosts[0].to_json())
+    change(entry)
+    result = subprocess.run(
+        [sys.executable, "-m", "commands.train", "--host", json.dumps(entry)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=Path(__file__).parents[1],
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
 
 
 def test_flags_override_the_json_and_read_like_the_fields():

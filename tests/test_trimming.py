@@ -23,11 +23,10 @@ from controller.topology import parse
 from controller.trimming import DEFAULT
 from host_agent.endpoint import Endpoint, EndpointConfig
 from host_agent.host import HostConfig
-from host_agent.policies import parse_policy
 from switch_model import surface
 from switch_model.surface import SwitchTrimming
 from topologies.fabric import FabricError, load, plan, preset
-from topologies.runner import RunConfig, Workload, agent_settings
+from topologies.runplan import RunConfig, Workload, endpoint_config
 from topologies.simulated import LINK_DELAY_S, sim_scaling
 from topologies.virtual import sim_endpoints, train
 
@@ -351,8 +350,7 @@ def test_each_trim_is_located_at_the_role_of_the_port_that_trimmed_it(placement,
     fabric_plan = plan(spec)
     fabric = parse(fabric_plan.controller_description(sim_endpoints(fabric_plan.switches)))
     delay = LINK_DELAY_S * spec.scaling.time_scale
-    settings = agent_settings(config, fabric_plan, delay)
-    host = HostConfig(endpoint=EndpointConfig(policy=parse_policy(config.policy), **settings))
+    host = HostConfig(endpoint=endpoint_config(config, fabric_plan, config.policy, delay))
     index = {h.name: i for i, h in enumerate(fabric_plan.hosts)}
     order = [index[h.name] for h in config.rank_hosts(fabric_plan)]
     cfg = config.training_config(fabric_plan, 0)

@@ -23,7 +23,7 @@ from typing import Any
 from host_agent.core.dcqcn import OFF
 from topologies.fabric import NicSettings
 from topologies.results import RunResult
-from topologies.runner import RunConfig
+from topologies.runplan import RunConfig
 from topologies.typed import RecordError
 
 CACHE_VERSION = 3

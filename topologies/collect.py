@@ -17,6 +17,7 @@ from typing import Any
 
 from common import records
 from topologies.results import RunResult, StepResult
+from topologies.runplan import RunPlan
 from workload.lossrecord import LossRecord, LossRecordError, StepClass, assemble
 
 ENGINE = "mininet"
@@ -261,3 +262,28 @@ def collect(
             "drops_at_switches": switch_total["drops"],
         },
     )
+
+
+def collect_run(
+    run: RunPlan, counters: dict[str, dict[str, int]], timeline: list[dict[str, Any]]
+) -> RunResult:
+    """The first job's RunResult, with the second job's (if any) as its companion; the
+    switches' counters and timeline are the whole fabric's in both."""
+    config = run.config
+    results = [
+        collect(
+            policy=policy,
+            seed=config.seed,
+            fabric=config.fabric.name,
+            time_scale=config.fabric.scaling.time_scale,
+            train_files={h.name: run.train_file(h.name) for h in hosts},
+            stats_files={h.name: run.stats_file(h.name) for h in hosts},
+            switch_counters=counters,
+            timeline=timeline,
+        )
+        for policy, hosts in run.jobs
+    ]
+    first = results[0]
+    if len(results) > 1:
+        first.companion = results[1].to_json()
+    return first

@@ -1,9 +1,9 @@
 """One training run in virtual time (`--engine sim`): the fabric a Mininet run would build, simulated.
 
-The fabric plan, the controller's description and table entries, every
-host's agent settings and every rank's training configuration are the ones
-`topologies.runner` gives an emulated run; only the engine differs
-(`topologies.virtual`: SimPy, no processes, no root). The run writes the
+The run plan (`topologies.runplan.plan_run`: the fabric plan, every host's
+endpoint and every rank's training configuration) and the controller's
+description and table entries are the ones an emulated run is given; only the
+engine differs (`topologies.virtual`: SimPy, no processes, no root). The run writes the
 same per-host records (`<host>.train.jsonl`, `<host>.agent.jsonl`) and is
 collected by the same `topologies.collect`, so its RunResult, runs.json,
 table and plots read exactly like an emulated run's.
@@ -23,12 +23,12 @@ from pathlib import Path
 
 from common import records
 from controller.topology import parse as parse_description
-from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
-from host_agent.policies import parse_policy
-from topologies.fabric import FabricSpec, plan, with_scaling
+from topologies.collect import collect_run
+from topologies.fabric import FabricSpec, with_scaling
+from topologies.progress import Progress
 from topologies.results import RunResult
-from topologies.runner import Progress, RunConfig, RunError, agent_settings, collect_jobs
+from topologies.runplan import RunConfig, RunError, plan_run
 from topologies.scaling import FABRIC_HOST_LINK_BPS, Scaling
 from topologies.virtual import Job, SimulationError, VirtualFabric, sim_endpoints, train_jobs
 
@@ -64,28 +64,25 @@ def run_simulated(
     """Simulate one policy and seed; the records go to `out_dir` as an emulated run's do.
     Raises RunError when the run fails. `engine_stats`, if given, receives what the engine
     did: SimPy events, frames moved over links, wall and virtual seconds."""
-    config.validate()
-    fabric_plan = plan(config.fabric)
+    time_scale = config.fabric.scaling.time_scale
+    run = plan_run(config, out_dir, LINK_DELAY_S * time_scale)
+    fabric_plan = run.fabric
     fabric = parse_description(
         fabric_plan.controller_description(sim_endpoints(fabric_plan.switches))
     )
-    time_scale = config.fabric.scaling.time_scale
-    settings = agent_settings(config, fabric_plan, LINK_DELAY_S * time_scale)
     index = {h.name: i for i, h in enumerate(fabric_plan.hosts)}
-    job_hosts = config.jobs(fabric_plan)
-    jobs = [
-        Job(
-            config.training_config(fabric_plan, rank=0, job=j),
-            [index[h.name] for h in hosts],
-            HostConfig(
-                endpoint=EndpointConfig(policy=parse_policy(policy), seed=config.seed, **settings)
-            ),
+    jobs = []
+    for j in range(len(run.jobs)):
+        entries = run.job_entries(j)
+        first = entries[0]
+        jobs.append(
+            Job(
+                first.training,
+                [index[e.name] for e in entries],
+                HostConfig(endpoint=first.endpoint),
+            )
         )
-        for j, (policy, hosts) in enumerate(job_hosts)
-    ]
     out_dir.mkdir(parents=True, exist_ok=True)
-    train_files = {h.name: out_dir / f"{h.name}.train.jsonl" for h in fabric_plan.hosts}
-    stats_files = {h.name: out_dir / f"{h.name}.agent.jsonl" for h in fabric_plan.hosts}
     timeline: list[dict] = []
     progress = Progress(label or f"{config.policy} seed {config.seed}", config.workload.steps)
     if tty is not None:
@@ -93,11 +90,13 @@ def run_simulated(
     with ExitStack() as stack:
         stack.callback(progress.close)
         logs = [
-            stack.enter_context(open(stats_files[h.name], "w", encoding="utf-8"))
+            stack.enter_context(open(run.stats_file(h.name), "w", encoding="utf-8"))
             for h in fabric_plan.hosts
         ]
         outs = [
-            stack.enter_context(open(train_files[fabric_plan.hosts[i].name], "w", encoding="utf-8"))
+            stack.enter_context(
+                open(run.train_file(fabric_plan.hosts[i].name), "w", encoding="utf-8")
+            )
             for job in jobs
             for i in job.placement
         ]
@@ -145,4 +144,4 @@ def run_simulated(
             f"{first.totals['bound_violations']} bound violations"
         )
         raise RunError(f"{len(failed)} rank(s) failed, rank {first.cfg.rank}: {reason}")
-    return collect_jobs(config, job_hosts, train_files, stats_files, counters, timeline)
+    return collect_run(run, counters, timeline)

@@ -84,8 +84,8 @@ def label(pid: int) -> str | None:
         return f"switch {argv[argv.index('--name') + 1]}"
     if Path(argv[0]).name == Bmv2Switch.BINARY and "--log-file" in argv:  # its log: NAME.bmv2.log
         return f"switch {Path(argv[argv.index('--log-file') + 1]).name.split('.')[0]}"
-    if "commands.train" in argv and "--iface" in argv:
-        return f"trainer {argv[argv.index('--iface') + 1].split('-')[0]}"
+    if "commands.train" in argv and "--host" in argv:
+        return f"trainer {json.loads(argv[argv.index('--host') + 1])['name']}"
     if "commands.forgive" in argv:
         return "forgive run"
     if argv[-1].startswith("mininet:"):

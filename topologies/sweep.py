@@ -16,7 +16,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from topologies.results import RunResult
-from topologies.runner import RunConfig, RunError, run_once
+from topologies.runner import run_once
+from topologies.runplan import RunConfig, RunError
 
 
 def run_one(config: RunConfig, out_dir: Path, label: str, tty: bool | None = None) -> RunResult:
