@@ -201,7 +201,7 @@ def _end_of_run_after(out: Path, marker: str) -> tuple[subprocess.Popen, str, fl
 
 def test_a_rank_that_dies_ends_the_run_at_once_even_behind_a_live_one(tmp_path, clean):
     # h3's rank, not the first: the others keep running and would wait for it
-    proc, err, took = _end_of_run_after(tmp_path / "results", "--iface h3-eth0")
+    proc, err, took = _end_of_run_after(tmp_path / "results", '{"name": "h3"')
     assert proc.returncode == 1, err
     assert took < 20, f"the run took {took:.1f} s to notice"
     assert re.search(r"forgive: 1 rank\(s\) failed, h3 with signal SIGKILL", err), err
