@@ -646,17 +646,14 @@ class Endpoint:
 
     def _drain_sender(self, now: float) -> None:
         for flow_id in self.tx.take_failed():
-            flow = self._sending.pop(flow_id, None)
-            if flow is None:
+            closed = self._close_sending(flow_id)
+            if closed is None:
                 continue
-            state = self.tx.flow_state(flow_id)
-            assert state is not None
-            self.tx.close_flow(flow_id)
+            flow, state = closed
             self.counters["flows_failed"] += 1
             totals = self._totals[flow.step]
             totals["tx_failed_flows"] += 1
-            for key in ("retransmitted_bytes", "cnps", "nacks", "rtos", "mode_changes"):
-                totals[f"tx_{key}"] += state[key]
+            self._add_sent(totals, state)
             dst = socket.inet_ntoa(flow.peer)
             reason = (
                 f"{self.config.max_timeouts} retransmission timeout rounds in a row,"
@@ -669,15 +666,11 @@ class Endpoint:
                 now,
             )
         for flow_id in self.tx.take_completed():
-            flow = self._sending.pop(flow_id, None)
-            if flow is None:
+            closed = self._close_sending(flow_id)
+            if closed is None:
                 continue
-            state = self.tx.flow_state(flow_id)
-            assert state is not None
-            self.tx.close_flow(flow_id)
-            totals = self._totals[flow.step]
-            for key in ("retransmitted_bytes", "cnps", "nacks", "rtos", "mode_changes"):
-                totals[f"tx_{key}"] += state[key]
+            flow, state = closed
+            self._add_sent(self._totals[flow.step], state)
             self._emit(
                 SendDone(
                     flow=flow_id,
@@ -689,6 +682,23 @@ class Endpoint:
                 ),
                 now,
             )
+
+    def _close_sending(self, flow_id: int) -> tuple[_Sending, dict[str, Any]] | None:
+        """A flow the sender finished or gave up, closed in the core: (the flow, its final
+        state), or None where it is not one of ours."""
+        flow = self._sending.pop(flow_id, None)
+        if flow is None:
+            return None
+        state = self.tx.flow_state(flow_id)
+        assert state is not None
+        self.tx.close_flow(flow_id)
+        return flow, state
+
+    @staticmethod
+    def _add_sent(totals: Counter, state: dict[str, Any]) -> None:
+        """A closed flow's sender counts, into its step's totals."""
+        for key in ("retransmitted_bytes", "cnps", "nacks", "rtos", "mode_changes"):
+            totals[f"tx_{key}"] += state[key]
 
     def _forget(self, flow_id: int) -> None:
         self.rx.forget_flow(flow_id)

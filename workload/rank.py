@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from common import records
+from host_agent import events
 from host_agent.core import (
     AccordionDetector,
     CriticalRegimeDetector,
@@ -36,15 +37,7 @@ from host_agent.core import (
     StaticSchedule,
 )
 from host_agent.endpoint import Endpoint
-from host_agent.events import (
-    BoundViolation,
-    Event,
-    FlowFailed,
-    RecvDone,
-    SendDone,
-    Shed,
-    record,
-)
+from host_agent.events import BoundViolation, Event, FlowFailed, RecvDone, SendDone, Shed
 from workload.lossrecord import Layout, entry_from_completion
 from workload.plan import (
     Kind,
@@ -252,7 +245,7 @@ class Rank:
 
     def _record_loss(self, event: RecvDone | Shed) -> None:
         """The loss record's entry for a gradient flow that gave up bytes (workload.lossrecord)."""
-        entry = entry_from_completion(self.cfg, self.messages.get(event.flow), record(event))
+        entry = entry_from_completion(self.cfg, self.messages.get(event.flow), events.record(event))
         if entry is not None:
             self._record(records.LOSS, **entry.to_json())
 
