@@ -132,7 +132,7 @@ def measure(frame: bytes, seconds: float) -> float:
 
 
 def configure_forgive(grpc_addr: str) -> object:
-    from ptf_tests.p4rt import SwitchSession
+    from controller.session import SwitchSession
     from switch_model.surface import PMAX_ONE, Thresholds
 
     session = SwitchSession(grpc_addr, P4INFO, DEVICE_CONFIG)

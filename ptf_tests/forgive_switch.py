@@ -35,9 +35,9 @@ from common.wire import (
     Flag,
     Opcode,
 )
+from controller.session import SwitchSession
+from controller.tna_session import TnaSwitchSession
 from host_agent.scapy_layer import FTH
-from ptf_tests.p4rt import SwitchSession
-from ptf_tests.p4rt_tna import TnaSwitchSession
 from ptf_tests.targets import PRIO_LOW, TARGETS, Endpoint
 from switch_model.surface import Thresholds
 

@@ -15,8 +15,8 @@ import sys
 from dataclasses import asdict
 
 from controller import DEVICE_CONFIG, P4INFO
+from controller.session import SwitchSession
 from ptf_tests.harness import GRPC_PORT
-from ptf_tests.p4rt import SwitchSession
 from switch_model.surface import Thresholds
 
 

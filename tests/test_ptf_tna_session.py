@@ -1,4 +1,4 @@
-"""The PTF suite's TNA control calls (ptf_tests/p4rt_tna.py), through
+"""The PTF suite's TNA control calls (controller/tna_session.py), through
 p4runtime-shell, against a P4Runtime server that holds entities the way a
 switch must: what tofino-model would be given, checked where it cannot run."""
 
@@ -11,6 +11,7 @@ from tna_p4info import p4info
 
 from common.p4names import SET_TRIM_LENGTHS, TRIM_LENGTHS_TABLE
 from common.wire import TRIMMED_FRAME_LEN, Dscp
+from controller.tna_session import TnaSwitchSession
 from controller.tofino import (
     MIRROR_CFG,
     QID_LOW,
@@ -21,7 +22,6 @@ from controller.tofino import (
     ecn_bands,
 )
 from controller.tofino_pipeline import CHIPS, device_data
-from ptf_tests.p4rt_tna import TnaSwitchSession
 from switch_model.port import PRIO_HIGH, PRIO_LOW
 from switch_model.surface import SwitchTrimming, Thresholds
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from p4.v1 import p4runtime_pb2
 
 from controller import entries, tofino
+from controller.session import SwitchSession, _mac, _prefix
 from controller.trimming import Trimming
-from ptf_tests.p4rt import SwitchSession, _mac, _prefix
 from switch_model.surface import DEFAULT_TRIMMING, PortCounters, SwitchTrimming, Thresholds
 
 
