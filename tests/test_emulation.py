@@ -18,6 +18,7 @@ from workload.lossrecord import LossRecord
 
 pytestmark = [
     pytest.mark.netns,
+    pytest.mark.fabric,
     pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
     pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
 ]

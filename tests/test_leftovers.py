@@ -14,6 +14,7 @@ from topologies.leftovers import FabricBusy, fabric_lock, our_interfaces, our_pr
 
 pytestmark = [
     pytest.mark.netns,
+    pytest.mark.fabric,
     pytest.mark.skipif(os.geteuid() != 0, reason="veths and the fabric lock need root"),
 ]
 FORGIVE = [sys.executable, "-m", "commands.forgive"]

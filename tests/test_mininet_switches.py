@@ -10,7 +10,7 @@ import time
 import pytest
 from switch_harness import can_use_netns, p4info_path
 
-pytestmark = [pytest.mark.netns]
+pytestmark = [pytest.mark.netns, pytest.mark.fabric]
 
 UDP_RECEIVER = (
     "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "

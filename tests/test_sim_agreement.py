@@ -39,6 +39,7 @@ import pytest
 
 pytestmark = [
     pytest.mark.netns,
+    pytest.mark.fabric,
     pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
     pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
 ]

@@ -91,6 +91,7 @@ SOAK_STEPS = int(os.environ.get("FORGIVE_SOAK_STEPS", "50"))
 SOAK_OUT = os.environ.get("FORGIVE_SOAK_OUT")
 
 
+@pytest.mark.fabric
 @pytest.mark.soak  # only: `pytest -m netns` must not pick up a 15-minute run
 @pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable()))
 @pytest.mark.parametrize("switch", ["model", "bmv2"])
@@ -114,6 +115,7 @@ ranks forgive within their budget."""
 
 
 @pytest.mark.netns
+@pytest.mark.fabric
 @pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable()))
 def test_a_short_soak_of_a_small_job_holds_its_bounds(tmp_path):
     """50 steps, each sampled (docs/soak.md has its cost)."""

@@ -15,6 +15,7 @@ import pytest
 
 ROOT = [
     pytest.mark.netns,
+    pytest.mark.fabric,
     pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
     pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
 ]
