@@ -174,17 +174,31 @@ def test_ecmp_member_is_bmv2_crc16_of_the_five_fields(rig):
 
 
 def test_full_data_queue_trims_to_58_bytes_sent_ahead_of_data(rig):
+    """A 12-frame burst into a 3-frame data queue: what the queue and the frame on the wire
+    hold leaves whole, plus what the port drained while the burst was still being sent
+    (the sending time and the machine's measured jitter at the port's rate; a bound of 4
+    fixed in frames failed on a loaded machine); the rest is trimmed."""
     rig.route("10.0.2.0", 24, 2)
     rig.thresholds(2, data_queue_bytes=3 * 4154, kmin=1 << 30, kmax=1 << 30, pmax=0)
-    rig.model.set_port(2, rate_bps=2_000_000)
+    rate_bps = 2_000_000
+    rig.model.set_port(2, rate_bps=rate_bps)
     burst = [data_frame(seq=i * PACKET_BYTES, udp_checksum=0x1234) for i in range(12)]
+    jitter = scheduling_jitter()
+    started = time.monotonic()
     for frame in burst:
         rig.port(1).send(frame)
+    sending = time.monotonic() - started
     frames = rig.port(2).receive(timeout=1.5)
     full = [f for f in frames if len(f) == len(burst[0])]
     trimmed = [f for f in frames if len(f) == TRIMMED_FRAME_LEN]
     assert len(full) + len(trimmed) == 12
-    assert 1 <= len(full) <= 4 and len(trimmed) >= 8
+    whole = 4 + math.ceil((sending + 2 * jitter) * rate_bps / (8 * len(burst[0])))
+    if whole >= len(burst):
+        pytest.skip(f"machine too loaded: {1e3 * sending:.0f} ms to send the burst")
+    assert 1 <= len(full) <= whole and len(trimmed) >= len(burst) - whole, (
+        f"{len(full)} whole, at most {whole} could ({1e3 * sending:.1f} ms sending, "
+        f"{1e3 * jitter:.1f} ms jitter)"
+    )
     first_trim = frames.index(trimmed[0])
     assert frames.index(full[-1]) > first_trim, "trimmed headers must overtake queued data"
     for frame in trimmed:
