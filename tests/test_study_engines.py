@@ -29,7 +29,7 @@ def test_second_job_and_misclassifying_detector(engine):
         proc = subprocess.run(
             [sys.executable, "-m", "commands.forgive", "study", "note", "--engine", engine,
              "--fabric", "2to1", "--nonblocking-fabric", "nonblocking", "--job", "default",
-             "--steps", "3", "--seeds", "1", "--variants", variants, "--timeout", "120",
+             "--steps", "2", "--seeds", "1", "--variants", variants, "--timeout", "120",
              "--cache", str(cache), "--out", str(out)],
             capture_output=True, text=True, timeout=400,
         )  # fmt: skip
@@ -39,12 +39,12 @@ def test_second_job_and_misclassifying_detector(engine):
         missed = json.loads((runs["forgive"] / "result.json").read_text())
         doc = json.loads((out / "study.json").read_text())
     companion = second["companion"]
-    assert companion["policy"] == "dcqcn" and len(companion["steps"]) == 3
+    assert companion["policy"] == "dcqcn" and len(companion["steps"]) == 2
     assert companion["loss"]["layout"]["ranks"] == 2 == second["loss"]["layout"]["ranks"]
     assert companion["metrics"]["forgiven_pct"] == 0
     assert companion["exemption"]["exempt_flows"] == 0, "the second job obeys throughout"
     steps = missed["steps"]
-    assert [(s["critical"], s["misclassified"]) for s in steps] == [(False, True)] * 3
+    assert [(s["critical"], s["misclassified"]) for s in steps] == [(False, True)] * 2
     assert all(len(s["trim_fifths"]) == 5 for s in steps)
     claims = {c["key"]: c for c in doc["claims"]}
     assert claims["detector.missed"]["values"]["1"] is not None
