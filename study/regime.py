@@ -84,8 +84,11 @@ AXES: dict[str, Callable[[RunConfig, Any], RunConfig]] = {
     "dcqcn-state": lambda config, state: with_nic(config, dcqcn_state=state),
     "tp": lambda config, phase: replace(config, workload=replace(config.workload, tp_phase=phase)),
     "profile": with_profile,
+    "jitter": lambda config, frames: replace(config, jitter_frames=frames),
 }
 """What each axis changes in a run's configuration."""
+NUMERIC: dict[str, tuple[float, float]] = {"step/buffer": (0.0, 1e3), "jitter": (0.0, 1e3)}
+"""The axes whose value is a number, and the open interval it must lie in."""
 
 
 @dataclass(frozen=True)
@@ -115,10 +118,12 @@ DEFAULT_GRID: tuple[Cell, ...] = (
     Cell("dcqcn-state", "qp"),
     Cell("tp", "overlap"),
     *(Cell("profile", name) for name in REGIME_PROFILES),
+    Cell("jitter", 1.0),
 )
 """The base point (the note's 4:1 fabric, paper profile, no window, DCQCN state per message,
-tensor-parallel traffic in its own phase, a ring step about its 4 MiB queue) and one change
-from it per cell."""
+tensor-parallel traffic in its own phase, a ring step about its 4 MiB queue, exact timing)
+and one change from it per cell; `jitter=1` makes each host frame up to one frame time late,
+which breaks the phase lock of equally paced senders (docs/simulation.md)."""
 CHOICES: dict[str, tuple[str, ...]] = {
     "dcqcn": PROFILES,
     "fabric": tuple(PRESETS),
@@ -141,14 +146,15 @@ def parse_cells(text: str) -> tuple[Cell, ...]:
         if not sep or axis not in AXES:
             raise RunError(f"--cells: {name!r} is not base or AXIS=VALUE with AXIS one of "
                            f"{', '.join(AXES)}")  # fmt: skip
-        if axis == "step/buffer":
+        if axis in NUMERIC:
+            low, high = NUMERIC[axis]
             try:
-                ratio = float(value)
+                number_ = float(value)
             except ValueError:
-                raise RunError(f"--cells: {name!r}: the ratio must be a number") from None
-            if not 0 < ratio < 1e3:
-                raise RunError(f"--cells: {name!r}: the ratio must lie in (0, 1000)")
-            cells.append(Cell(axis, ratio))
+                raise RunError(f"--cells: {name!r}: the value must be a number") from None
+            if not low < number_ < high:
+                raise RunError(f"--cells: {name!r}: the value must lie in ({low:g}, {high:g})")
+            cells.append(Cell(axis, number_))
         elif value not in CHOICES[axis]:
             raise RunError(f"--cells: {name!r}: {axis} is one of {', '.join(CHOICES[axis])}")
         else:

@@ -4,6 +4,7 @@ and the cells' arithmetic on the note's fabric worked out by hand."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -30,8 +31,9 @@ def test_a_ring_step_on_the_notes_fabric_is_its_4_mib_queue():
     ("cells", "message"),
     [
         ("buffer=2", "is not base or AXIS=VALUE"),
-        ("step/buffer=x", "the ratio must be a number"),
-        ("step/buffer=0", "the ratio must lie in (0, 1000)"),
+        ("step/buffer=x", "the value must be a number"),
+        ("step/buffer=0", "the value must lie in (0, 1000)"),
+        ("jitter=-1", "the value must lie in (0, 1000)"),
         ("dcqcn=fast", "dcqcn is one of paper, nic"),
         ("fabric=moon", "fabric is one of"),
         ("window=huge", "window is one of none, bdp"),
@@ -81,6 +83,14 @@ def test_the_default_grid_leaves_out_what_the_byte_scale_cannot_hold():
     assert "under 4 frames" in left_out[0]
     with pytest.raises(FabricError, match="cell step/buffer=8: data_queue_bytes"):
         regime.plan(regime.parse_cells("base,step/buffer=8"), base, [1])
+
+
+def test_the_jitter_cell_makes_the_simulators_hosts_late_and_nothing_else():
+    base = RunConfig(fabric_from("note-4to1", "sim", None, 32), workload=JOBS["note"])
+    (cell,) = regime.parse_cells("jitter=1")
+    late = cell.config(base, "tight", 1)
+    assert cell.name == "jitter=1" and late.jitter_frames == 1.0 and base.jitter_frames == 0
+    assert replace(late, jitter_frames=0.0) == replace(base, policy="tight", seed=1)
 
 
 def test_the_astra_profile_cell_sets_its_dcqcn_and_nic_options():
