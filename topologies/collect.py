@@ -276,8 +276,8 @@ def collect_run(
             seed=config.seed,
             fabric=config.fabric.name,
             time_scale=config.fabric.scaling.time_scale,
-            train_files={h.name: run.train_file(h.name) for h in hosts},
-            stats_files={h.name: run.stats_file(h.name) for h in hosts},
+            train_files={h.name: run.train_files[h.name] for h in hosts},
+            stats_files={h.name: run.stats_files[h.name] for h in hosts},
             switch_counters=counters,
             timeline=timeline,
         )

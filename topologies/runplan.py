@@ -192,48 +192,49 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """One run, compiled: its configuration, the fabric plan, and one entry per rank of
-    every job, in job then rank order."""
+    """One run, compiled: its configuration, the fabric plan, one entry per rank of every
+    job (in job then rank order), and where every host of the fabric writes."""
 
     config: RunConfig
     fabric: Plan
     jobs: list[tuple[str, list[Host]]]
     """(policy, hosts in rank order) of each job, as `RunConfig.jobs` gives them."""
     hosts: list[HostEntry]
-    out_dir: Path
-
-    def train_file(self, host: str) -> Path:
-        return self.out_dir / f"{host}.train.jsonl"
-
-    def stats_file(self, host: str) -> Path:
-        return self.out_dir / f"{host}.agent.jsonl"
-
-    def job_entries(self, job: int) -> list[HostEntry]:
-        return [e for e in self.hosts if e.job == job]
+    train_files: dict[str, Path]
+    """Per host of the fabric, its rank's JSON-lines training records."""
+    stats_files: dict[str, Path]
+    """Per host of the fabric, its agent's JSON-lines statistics."""
 
 
 def plan_run(config: RunConfig, out_dir: Path, link_delay_s: float = 0.0) -> RunPlan:
     """Check `config` (RunError) and compile it; `link_delay_s` is each link's propagation
-    delay on the run's clock (the simulator's; none on veths)."""
+    delay on the run's clock (the simulator's; none on veths). Every value is worked out
+    first and the entries made last, in one pass."""
     config.validate()
     fabric_plan = plan(config.fabric)
     jobs = config.jobs(fabric_plan)
-    run = RunPlan(config, fabric_plan, jobs, [], out_dir)
-    for job, (policy, hosts) in enumerate(jobs):
-        endpoint = endpoint_config(config, fabric_plan, policy, link_delay_s)
-        run.hosts.extend(
-            HostEntry(
-                name=host.name,
-                job=job,
-                endpoint=endpoint,
-                training=config.training_config(fabric_plan, rank, job),
-                gateway_mac=_mac_text(switch_port_mac(host.leaf, host.port)),
-                train_file=str(run.train_file(host.name)),
-                stats_file=str(run.stats_file(host.name)),
-                timeout_s=config.timeout_s,
-            )
-            for rank, host in enumerate(hosts)
+    train_files = {h.name: out_dir / f"{h.name}.train.jsonl" for h in fabric_plan.hosts}
+    stats_files = {h.name: out_dir / f"{h.name}.agent.jsonl" for h in fabric_plan.hosts}
+    endpoints = [endpoint_config(config, fabric_plan, policy, link_delay_s) for policy, _ in jobs]
+    ranks = [
+        (job, host, config.training_config(fabric_plan, rank, job))
+        for job, (_, hosts) in enumerate(jobs)
+        for rank, host in enumerate(hosts)
+    ]
+    run = RunPlan(config, fabric_plan, jobs, [], train_files, stats_files)
+    run.hosts.extend(
+        HostEntry(
+            name=host.name,
+            job=job,
+            endpoint=endpoints[job],
+            training=training,
+            gateway_mac=_mac_text(switch_port_mac(host.leaf, host.port)),
+            train_file=str(train_files[host.name]),
+            stats_file=str(stats_files[host.name]),
+            timeout_s=config.timeout_s,
         )
+        for job, host, training in ranks
+    )
     return run
 
 

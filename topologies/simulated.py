@@ -73,8 +73,8 @@ def run_simulated(
     index = {h.name: i for i, h in enumerate(fabric_plan.hosts)}
     jobs = []
     for j in range(len(run.jobs)):
-        entries = run.job_entries(j)
-        first = entries[0]
+        entries = [e for e in run.hosts if e.job == j]
+        first = entries[0]  # a job's ranks share their endpoint's configuration
         jobs.append(
             Job(
                 first.training,
@@ -90,12 +90,12 @@ def run_simulated(
     with ExitStack() as stack:
         stack.callback(progress.close)
         logs = [
-            stack.enter_context(open(run.stats_file(h.name), "w", encoding="utf-8"))
+            stack.enter_context(open(run.stats_files[h.name], "w", encoding="utf-8"))
             for h in fabric_plan.hosts
         ]
         outs = [
             stack.enter_context(
-                open(run.train_file(fabric_plan.hosts[i].name), "w", encoding="utf-8")
+                open(run.train_files[fabric_plan.hosts[i].name], "w", encoding="utf-8")
             )
             for job in jobs
             for i in job.placement
