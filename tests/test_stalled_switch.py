@@ -112,3 +112,35 @@ def test_a_stalled_switch_is_named_when_the_run_reads_its_counters(switch, tmp_p
         )
     finally:
         controller.close()
+
+
+def test_the_run_does_not_read_the_counters_of_a_switch_that_has_exited(switch, tmp_path):
+    """Reading it would cost the client's reconnect wait (its timeout) before the run could
+    start the switch again, longer than the flows through it wait before giving up."""
+    proc, address, _ = switch
+    (tmp_path / "dev.json").write_bytes(device_config())
+    desc = {
+        "switches": {"s1": {"target": "model", "grpc": address, "control": "/tmp/x"}},
+        "hosts": {"h1": {"ip": "10.0.0.1", "mac": "02:00:00:00:00:01"}},
+        "links": [{"a": "h1", "b": "s1:1"}],
+    }
+    controller = FabricController(parse(desc), p4info_path(), tmp_path / "dev.json")
+    run = FabricRun.__new__(FabricRun)
+    run.net = SimpleNamespace(switches=[SimpleNamespace(name="s1", target="model", process=proc,
+                                                        log_file="s1.model.log")])  # fmt: skip
+    run.plan = SimpleNamespace(switches=["s1"])
+    run.controller = controller
+    run._last_totals, run._earlier_lives = {}, {}
+    try:
+        controller.connect(write=False)
+        assert set(run._totals()) == {"s1"}
+        proc.kill()
+        proc.wait()
+        controller.counters = lambda name: pytest.fail(f"read the counters of exited {name}")
+        with pytest.raises(RunError) as err:
+            run._totals()
+        assert str(err.value) == (
+            "switch s1 (model) exited with signal SIGKILL during the run; its log: s1.model.log"
+        )
+    finally:
+        controller.close()

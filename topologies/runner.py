@@ -313,7 +313,14 @@ class FabricRun:
         restarted switch counts from zero again, so what it had counted at the last sample
         before it exited is added (what it counted after that sample is lost with it)."""
         totals = {}
+        processes = {s.name: s.process for s in self.net.switches}
         for name in self.plan.switches:
+            process = processes.get(name)
+            if process is not None and process.poll() is not None:
+                # Not read: the client would first wait its whole timeout (5 s) for the dead
+                # switch to answer a reconnect, and the restart would come after the flows
+                # through it had given up (15 timeout rounds, about 4 s at bytes / 64).
+                self._check_switches()
             with self._failures(f"reading switch {name}'s counters"):
                 now = sum(self.controller.counters(name).values(), PortCounters())
             earlier = self._earlier_lives.get(name, {})
