@@ -121,27 +121,14 @@ def measure_agent(
     for host in (a, b):
         extra = [] if keep_payload or host is a else ["--no-payload"]
         sock = lab.workdir / f"{tag}-{host.name}.sock"
+        cpu = SENDER_CPU if host is a else RECEIVER_CPU
+        agent = ["commands.agent", "--iface", host.iface, "--api", str(sock)]
+        agent += ["--stats", str(lab.workdir / f"{tag}-{host.name}.jsonl")]
+        agent += ["--line-rate", str(line_rate), "--policy", "dcqcn", *extra]
         lab.spawn(
             host.ns,
-            "env",
-            f"PYTHONPATH={root}",
-            "taskset",
-            "-c",
-            SENDER_CPU if host is a else RECEIVER_CPU,
-            sys.executable,
-            "-m",
-            "commands.agent",
-            "--iface",
-            host.iface,
-            "--api",
-            str(sock),
-            "--stats",
-            str(lab.workdir / f"{tag}-{host.name}.jsonl"),
-            "--line-rate",
-            str(line_rate),
-            "--policy",
-            "dcqcn",
-            *extra,
+            *("env", f"PYTHONPATH={root}", "taskset", "-c", cpu, sys.executable, "-m"),
+            *agent,
             log=f"{tag}-{host.name}.log",
         )
         clients.append(AgentClient(str(sock)))
