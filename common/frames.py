@@ -44,6 +44,11 @@ class MalformedFrame(ValueError):
     """A frame for the FORGIVE port whose Ethernet, IPv4 or UDP headers do not add up."""
 
 
+def mac_text(mac: int) -> str:
+    """A 48-bit MAC address as 'aa:bb:cc:dd:ee:ff' (as `mac_bytes` reads it)."""
+    return ":".join(f"{b:02x}" for b in mac.to_bytes(6, "big"))
+
+
 def mac_bytes(text: str) -> bytes:
     """Parse 'aa:bb:cc:dd:ee:ff' into 6 bytes, with one clear error for anything else."""
     parts = text.split(":")

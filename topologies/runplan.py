@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.frames import mac_text
 from common.wire import DATA_FRAME_LEN
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import switch_port_mac
@@ -228,7 +229,7 @@ def plan_run(config: RunConfig, out_dir: Path, link_delay_s: float = 0.0) -> Run
             job=job,
             endpoint=endpoints[job],
             training=training,
-            gateway_mac=_mac_text(switch_port_mac(host.leaf, host.port)),
+            gateway_mac=mac_text(switch_port_mac(host.leaf, host.port)),
             train_file=str(train_files[host.name]),
             stats_file=str(stats_files[host.name]),
             timeout_s=config.timeout_s,
@@ -289,8 +290,3 @@ def initial_rto(fabric_plan: Plan, link_delay_s: float = 0.0) -> float:
     queued = fabric_plan.thresholds().data_queue_bytes + 4 * DATA_FRAME_LEN
     hops = 4 if fabric_plan.spec.spines else 2
     return 2 * hops * link_delay_s + queued * 8 / host_rate
-
-
-def _mac_text(mac: int) -> str:
-    raw = mac.to_bytes(6, "big")
-    return ":".join(f"{b:02x}" for b in raw)

@@ -45,6 +45,7 @@ from typing import IO
 import simpy
 from simpy.events import Timeout
 
+from common.frames import mac_text
 from common.wire import DATA_FRAME_LEN
 from controller.p4info import P4InfoIndex, load_p4info
 from controller.topology import Fabric, switch_port_mac
@@ -73,10 +74,6 @@ class HostPort:
     mac: bytes
     switch: str
     port: int
-
-
-def _mac_text(mac: int) -> str:
-    return ":".join(f"{b:02x}" for b in mac.to_bytes(6, "big"))
 
 
 def _ip_text(ip: int) -> str:
@@ -171,7 +168,7 @@ class VirtualFabric:
             config = replace(
                 configs[i],
                 ip=where.ip,
-                gateway_mac=_mac_text(switch_port_mac(where.switch, where.port)),
+                gateway_mac=mac_text(switch_port_mac(where.switch, where.port)),
             )
             log = StatsLog(self.logs[i], where.ip)
             self.hosts.append(Host(config, where.mac, where.ip, log, warn=self.warnings.append))
