@@ -6,14 +6,15 @@ import argparse
 import signal
 import sys
 
-from common.wire import PACKET_BYTES
 from host_agent.agent import AgentConfig, HostAgent
 from host_agent.api import ApiServer, check_api_path
-from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
-from host_agent.core.sender import MAX_TIMEOUTS
+from host_agent.core import CONTROLS, PROFILES
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import DEFAULT_POLICY, POLICY_NAMES, parse_policy
+
+_ENDPOINT = EndpointConfig()
+"""The endpoint's defaults, which the options below take as theirs."""
 
 
 def agent_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,30 +26,35 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_POLICY,
         help=f"one of {', '.join(POLICY_NAMES)} (default {DEFAULT_POLICY})",
     )
-    parser.add_argument("--seed", type=int, default=0, help="shared seed of every random draw")
     parser.add_argument(
-        "--line-rate", type=float, default=10e9, help="DCQCN line rate in bit/s (default 10e9)"
+        "--seed", type=int, default=_ENDPOINT.seed, help="shared seed of every random draw"
+    )
+    parser.add_argument(
+        "--line-rate",
+        type=float,
+        default=_ENDPOINT.line_rate_bps,
+        help=f"DCQCN line rate in bit/s (default {_ENDPOINT.line_rate_bps:g})",
     )
     parser.add_argument(
         "--time-scale",
         type=float,
-        default=1.0,
+        default=_ENDPOINT.time_scale,
         help="emulation slowdown against the modelled fabric; stretches DCQCN's timers (1)",
     )
     parser.add_argument(
         "--dcqcn",
-        default=DEFAULT_PROFILE,
-        help=f"DCQCN profile: {' or '.join(PROFILES)} (default {DEFAULT_PROFILE}; docs/dcqcn.md)",
+        default=_ENDPOINT.dcqcn,
+        help=f"DCQCN profile: {' or '.join(PROFILES)} (default {_ENDPOINT.dcqcn}; docs/dcqcn.md)",
     )
     parser.add_argument(
         "--cc",
-        default=DEFAULT_CONTROL,
-        help=f"congestion control: {' or '.join(CONTROLS)} (default {DEFAULT_CONTROL}; docs/nscc.md)",
+        default=_ENDPOINT.cc,
+        help=f"congestion control: {' or '.join(CONTROLS)} (default {_ENDPOINT.cc}; docs/nscc.md)",
     )
     parser.add_argument(
         "--window-bytes",
         type=float,
-        default=0.0,
+        default=_ENDPOINT.window_bytes,
         help="sender window per flow at the line rate, bytes (default 0: none)",
     )
     parser.add_argument(
@@ -57,15 +63,22 @@ def agent_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep DCQCN's state per peer and traffic class across messages",
     )
     parser.add_argument(
-        "--payload-bytes", type=int, default=PACKET_BYTES, help="DATA bytes per packet (4096)"
+        "--payload-bytes",
+        type=int,
+        default=_ENDPOINT.payload_bytes,
+        help=f"DATA bytes per packet ({_ENDPOINT.payload_bytes})",
     )
-    parser.add_argument("--rto", type=float, default=0.01, help="initial retransmission timeout, s")
-    parser.add_argument("--rto-max", type=float, default=0.2, help="largest backed-off RTO, s")
+    parser.add_argument(
+        "--rto", type=float, default=_ENDPOINT.rto, help="initial retransmission timeout, s"
+    )
+    parser.add_argument(
+        "--rto-max", type=float, default=_ENDPOINT.rto_max, help="largest backed-off RTO, s"
+    )
     parser.add_argument(
         "--max-timeouts",
         type=int,
-        default=MAX_TIMEOUTS,
-        help=f"timeouts in a row without progress before a flow fails ({MAX_TIMEOUTS})",
+        default=_ENDPOINT.max_timeouts,
+        help=f"timeouts in a row without progress before a flow fails ({_ENDPOINT.max_timeouts})",
     )
     parser.add_argument(
         "--no-spray",
