@@ -73,7 +73,11 @@ def with_fabric(config: RunConfig, name: str) -> RunConfig:
 def with_profile(config: RunConfig, name: str) -> RunConfig:
     """A named set of regime options (topologies.options.REGIME_PROFILES)."""
     settings = dict(REGIME_PROFILES[name])
-    return with_nic(replace(config, dcqcn=settings.pop("dcqcn")), **settings)
+    queue_kib = settings.pop("data_queue_kib", None)
+    config = with_nic(replace(config, dcqcn=settings.pop("dcqcn")), **settings)
+    if queue_kib is None:
+        return config
+    return replace(config, fabric=with_data_queue(config.fabric, round(float(queue_kib) * 1024)))
 
 
 AXES: dict[str, Callable[[RunConfig, Any], RunConfig]] = {

@@ -226,8 +226,24 @@ def test_the_astra_profile_names_its_options_and_an_option_beside_it_wins():
     assert dcqcn_profile(args) == "paper" and with_regime(FULL, args).nic.window == "none"
     assert dcqcn_profile(argparse.Namespace(profile=None, dcqcn=None)) == "paper"
     args.profile = "ns3"
-    with pytest.raises(FabricError, match=r"^--profile must be one of astra, got 'ns3'$"):
+    with pytest.raises(
+        FabricError, match=r"^--profile must be one of astra, astra-buffer, got 'ns3'$"
+    ):
         with_regime(FULL, args)
+
+
+def test_the_astra_buffer_profile_is_astra_with_an_8_mib_data_queue_and_the_notes_marking():
+    from topologies.options import dcqcn_profile
+
+    args = argparse.Namespace(**{**vars(_args()), "profile": "astra-buffer", "dcqcn": None})
+    spec = with_regime(FULL, args)
+    assert (spec.nic.window, spec.nic.dcqcn_state, dcqcn_profile(args)) == ("bdp", "message", "nic")
+    sw = spec.switch
+    assert (sw.data_queue_bytes, sw.ecn_kmin_bytes, sw.ecn_kmax_bytes) == (
+        8 << 20, 1_600_000, 6_400_000,
+    )  # fmt: skip
+    args.data_queue_kib = 4096  # an option given beside the profile wins
+    assert with_regime(FULL, args).switch.data_queue_bytes == 4 << 20
 
 
 def test_the_bdp_window_is_a_byte_quantity_that_shrinks_with_the_byte_scale():

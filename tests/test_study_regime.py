@@ -98,3 +98,11 @@ def test_the_astra_profile_cell_sets_its_dcqcn_and_nic_options():
     astra = regime.Cell("profile", "astra").config(base, "tight", 1)
     assert astra.dcqcn == "nic" and astra.fabric.nic.window == "bdp"
     assert astra.fabric.nic.dcqcn_state == "message" and base.fabric.nic.window == "none"
+
+
+def test_the_astra_buffer_profile_cell_also_resizes_the_data_queue():
+    base = RunConfig(fabric_from("note-4to1", "sim", None, 32), workload=JOBS["note"])
+    cell = regime.Cell("profile", "astra-buffer").config(base, "tight", 1)
+    assert cell.dcqcn == "nic" and cell.fabric.nic.window == "bdp"
+    assert cell.fabric.switch.data_queue_bytes == 8 << 20
+    assert base.fabric.switch.data_queue_bytes == 4 << 20

@@ -64,7 +64,7 @@ def fabric_from(
 NIC_OPTIONS = (("window", WINDOWS), ("dcqcn_state", DCQCN_STATES))
 """The [nic] settings a command line may override, with their values."""
 
-REGIME_PROFILES: dict[str, dict[str, str]] = {
+REGIME_PROFILES: dict[str, dict[str, str | float]] = {
     # ASTRA-sim's packet backend as the note's figures ran on it (astra-network-ns3
     # scratch/config/config.txt): the Mellanox DCQCN of rdma-hw.cc (the nic profile), a
     # bandwidth-delay window per QP (HAS_WIN 1, VAR_WIN 1), a fresh line-rate QP per message
@@ -72,11 +72,21 @@ REGIME_PROFILES: dict[str, dict[str, str]] = {
     # part of it: --payload-bytes 1000 gives the first; docs/study.md says why and what
     # the calibration measured with it.
     "astra": {"dcqcn": "nic", "window": "bdp", "dcqcn_state": "message"},
+    # astra with a data queue of 8 MiB per port (fabric scale), a quarter of ns-3's 32 MB
+    # shared buffer (BUFFER_SIZE 32), as a shared buffer lets a hot port hold more than an
+    # even share: the preset under which three of the four calibration rows of
+    # `forgive study calibrate` hold at bytes / 32 (docs/study.md).
+    "astra-buffer": {
+        "dcqcn": "nic",
+        "window": "bdp",
+        "dcqcn_state": "message",
+        "data_queue_kib": 8192,
+    },
 }
 """Named sets of regime options (--profile); an option given beside one overrides it."""
 
 
-def regime_profile(args: argparse.Namespace) -> dict[str, str]:
+def regime_profile(args: argparse.Namespace) -> dict[str, str | float]:
     """The --profile's options, or none; FabricError in one line for an unknown one."""
     name = getattr(args, "profile", None)
     if name is None:
@@ -89,7 +99,7 @@ def regime_profile(args: argparse.Namespace) -> dict[str, str]:
 def dcqcn_profile(args: argparse.Namespace) -> str:
     """--dcqcn if given, else the --profile's, else the default (DEFAULT_PROFILE)."""
     given = getattr(args, "dcqcn", None)
-    return given or regime_profile(args).get("dcqcn", DEFAULT_PROFILE)
+    return given or str(regime_profile(args).get("dcqcn", DEFAULT_PROFILE))
 
 
 def add_regime_options(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +108,8 @@ def add_regime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile",
         help=f"a named set of the options below and --dcqcn: {', '.join(REGIME_PROFILES)} "
-        "(astra: ASTRA-sim's ns-3 backend; docs/dcqcn.md)",
+        "(astra: ASTRA-sim's ns-3 backend; astra-buffer: astra with an 8 MiB data queue; "
+        "docs/dcqcn.md)",
     )
     parser.add_argument("--window", help=f"sender window: {' or '.join(WINDOWS)} (default none)")
     parser.add_argument(
@@ -157,6 +168,8 @@ def with_regime(spec: FabricSpec, args: argparse.Namespace) -> FabricSpec:
         except FabricError as err:
             raise FabricError(str(err).replace("[nic] payload_bytes", "--payload-bytes")) from None
     queue = getattr(args, "data_queue_kib", None)
+    if queue is None and "data_queue_kib" in preset:
+        queue = float(preset["data_queue_kib"])
     if queue is not None:
         if not (math.isfinite(queue) and queue > 0):
             raise FabricError(f"--data-queue-kib must be a finite number > 0, got {queue}")
