@@ -19,12 +19,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Protocol
+from typing import IO
 
 from common import records
 from common.wire import FTH_LEN, IPV4_LEN, PACKET_BYTES, UDP_LEN
-from host_agent.events import Event
-from host_agent.host import Host, HostConfig
+from host_agent.host import Application, Host, HostConfig
 from host_agent.link import RawLink, hold_udp_port, interface_ipv4, interface_mtu
 from host_agent.stats import StatsLog
 
@@ -40,16 +39,6 @@ BUSY_CHECK = 20e-6
 MIN_MTU = IPV4_LEN + UDP_LEN + FTH_LEN + PACKET_BYTES
 """IPv4 bytes of a full DATA packet (4140): the smallest MTU that carries one unfragmented."""
 PR_SET_TIMERSLACK = 29
-
-
-class Application(Protocol):
-    """What the loop drives beside the host: it hears every event and may keep one timer."""
-
-    def handle_event(self, event: Event, now: float) -> None: ...
-
-    def get_timer(self) -> float | None: ...
-
-    def handle_timer(self, now: float) -> None: ...
 
 
 @dataclass
@@ -140,30 +129,14 @@ class HostAgent:
                     writer()
 
     def _flush(self, now: float, data: bool = True) -> None:
-        """Send what the host has due, then hand its events to the applications.
-
-        An application reacting to an event may give the host more to send,
-        so this repeats until the host has neither frames nor events.
-        """
-        host = self.host
-        send_frames = self.link.send_frames
-        while True:
-            frames = host.frames_to_send(now, data)
-            if frames:
-                send_frames(frames)
-            event = host.next_event()
-            if event is None:
-                return
-            while event is not None:
-                for app in self.apps:
-                    app.handle_event(event, now)
-                event = host.next_event()
+        """Send what the host has due and hand its events to the applications (Host.pump)."""
+        self.host.pump(self.apps, now, self.link.send_frames, data)
 
     def _timeout(self, now: float) -> float:
+        due = self.host.wakeup(self.apps)
         deadline = now + IDLE_WAIT
-        for candidate in (self.host.get_timer(), *(app.get_timer() for app in self.apps)):
-            if candidate is not None and candidate < deadline:
-                deadline = candidate
+        if due is not None and due < deadline:
+            deadline = due
         return max(deadline - now, 0.0)
 
     def _on_frames(self) -> None:

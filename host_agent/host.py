@@ -11,8 +11,9 @@ DSCP and ECN bits per traffic class, and the UDP source port as path entropy.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from common.frames import (
     UDP_LEN,
@@ -39,6 +40,16 @@ PREFIX_CACHE = 4096
 """Header prefixes kept; a flow's last, shorter packet adds one, so the cache is bounded."""
 MALFORMED_NOTICES = 10
 """Malformed frames described on the warning channel; later ones are only counted."""
+
+
+class Application(Protocol):
+    """What a driver runs beside the host: it hears every event and may keep one timer."""
+
+    def handle_event(self, event: Event, now: float) -> None: ...
+
+    def get_timer(self) -> float | None: ...
+
+    def handle_timer(self, now: float) -> None: ...
 
 
 @dataclass
@@ -161,6 +172,42 @@ class Host:
 
     def next_event(self) -> Event | None:
         return self.endpoint.next_event()
+
+    # ----- the pump: what every driver does with a host ---------------------------------
+
+    def pump(
+        self,
+        apps: Sequence[Application],
+        now: float,
+        send: Callable[[list[Frame]], None],
+        data: bool = True,
+    ) -> bool:
+        """Send what is due (`send`), then hand every event to the applications; repeat
+        until there is neither, since an application reacting to an event may give the host
+        more to send. True if an event was handed on. `data=False`: replies only (see
+        `frames_to_send`). A driver moves only the frames and the time around this."""
+        handed = False
+        while True:
+            frames = self.frames_to_send(now, data)
+            if frames:
+                send(frames)
+            event = self.next_event()
+            if event is None:
+                return handed
+            handed = True
+            while event is not None:
+                for app in apps:
+                    app.handle_event(event, now)
+                event = self.next_event()
+
+    def wakeup(self, apps: Sequence[Application]) -> float | None:
+        """The earliest timer of the host and its applications: when to pump next."""
+        due = self.get_timer()
+        for app in apps:
+            t = app.get_timer()
+            if t is not None and (due is None or t < due):
+                due = t
+        return due
 
     # ----- next hops --------------------------------------------------------------------
 

@@ -294,48 +294,40 @@ class VirtualFabric:
                 woken = True
         self._flush(i, woken)
 
+    def _transmit(self, i: int, frames: list, now: float) -> None:
+        """Host `i`'s frames onto its link, back to back from when the link is free, each
+        reaching its switch port a link delay (and its jitter) after its last bit."""
+        env = self.env
+        bit = self._host_bit[i]
+        delay = self.delay_s
+        ingress = self._ingress[self.attachments[i].switch]
+        free = self._host_free[i]
+        jitter = self._jitter[i]
+        for parts in frames:
+            frame = bytearray().join(parts)
+            free = (free if free > now else now) + len(frame) * bit
+            if jitter:
+                at = free + delay + self._jitter_rng[i].random() * jitter
+                last = self._host_last[i]
+                at = self._host_last[i] = at if at > last else last
+                Timeout(env, at - now, frame).callbacks.append(ingress)
+            else:
+                Timeout(env, free + delay - now, frame).callbacks.append(ingress)
+        self._host_free[i] = free
+        self.frames_moved += len(frames)
+
     def _flush(self, i: int, woken: bool = False) -> None:
-        """Host `i` sends what is due and hands its events to its applications until quiet,
-        then sleeps until the earliest timer of the host and its applications. The run's end
-        is checked when an application was `woken` or handed an event: nothing else moves
-        it."""
+        """Host `i` sends what is due and hands its events to its applications until quiet
+        (Host.pump), then sleeps until the earliest timer of the host and its applications.
+        The run's end is checked when an application was `woken` or handed an event: nothing
+        else moves it."""
         env = self.env
         now = env._now
         host = self.hosts[i]
         apps = self.apps[i]
-        bit = self._host_bit[i]
-        delay = self.delay_s
-        ingress = self._ingress[self.attachments[i].switch]
-        while True:
-            frames = host.frames_to_send(now)
-            if frames:
-                free = self._host_free[i]
-                jitter = self._jitter[i]
-                for parts in frames:
-                    frame = bytearray().join(parts)
-                    free = (free if free > now else now) + len(frame) * bit
-                    if jitter:
-                        at = free + delay + self._jitter_rng[i].random() * jitter
-                        last = self._host_last[i]
-                        at = self._host_last[i] = at if at > last else last
-                        Timeout(env, at - now, frame).callbacks.append(ingress)
-                    else:
-                        Timeout(env, free + delay - now, frame).callbacks.append(ingress)
-                self._host_free[i] = free
-                self.frames_moved += len(frames)
-            event = host.next_event()
-            if event is None:
-                break
+        if host.pump(apps, now, lambda frames: self._transmit(i, frames, now)):
             woken = True
-            while event is not None:
-                for app in apps:
-                    app.handle_event(event, now)
-                event = host.next_event()
-        due = host.get_timer()
-        for app in apps:
-            t = app.get_timer()
-            if t is not None and (due is None or t < due):
-                due = t
+        due = host.wakeup(apps)
         if due is not None and (self._wake_at[i] is None or due < self._wake_at[i]):
             self._wake_at[i] = due
             wake = self._wake[i] = Timeout(env, due - now if due > now else 0.0, i)
