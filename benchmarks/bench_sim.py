@@ -40,6 +40,7 @@ from simpy.events import Timeout
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_core import best_rate, sender_run
 
+from common import native
 from topologies.fabric import FabricSpec
 from topologies.runplan import JOBS, RunConfig
 from topologies.simulated import DEFAULT_BYTE_SCALE, run_simulated, sim_scaling
@@ -65,15 +66,19 @@ def note_fabric(ranks: int, byte_scale: float = DEFAULT_BYTE_SCALE) -> FabricSpe
     return sim_scaling(spec, byte_scale=byte_scale)
 
 
-def cli_run(tree: Path, out: Path) -> dict:
-    """`COMPARE_RUN` with `tree`'s code in a fresh process: its wall and CPU seconds, its DATA
-    packets and its runs.json."""
+def cli_run(tree: Path, out: Path, pure: bool = False) -> dict:
+    """`COMPARE_RUN` with `tree`'s code in a fresh process (`pure`: with FORGIVE_PURE=1, its
+    compiled build unused): its wall and CPU seconds, its DATA packets and its runs.json."""
+    # The command's module where the tree has it: an older checkout's is topologies/cli.py.
+    command = (
+        "commands.forgive" if (tree / "commands" / "forgive.py").is_file() else "topologies.cli"
+    )
     before = os.times()
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "commands.forgive", *COMPARE_RUN, "--out", str(out)],
+        [sys.executable, "-m", command, *COMPARE_RUN, "--out", str(out)],
         cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},
+        env={**os.environ, "PYTHONPATH": str(tree), native.PURE_ENV: "1" if pure else ""},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -97,10 +102,18 @@ def cli_run(tree: Path, out: Path) -> dict:
 
 def compare(old: Path, rounds: int) -> None:
     """This tree against `old`, alternately, on the same machine in the same minutes."""
-    if not (old / "topologies" / "cli.py").is_file():
+    if (
+        not (old / "commands" / "forgive.py").is_file()
+        and not (old / "topologies" / "cli.py").is_file()
+    ):
         raise SystemExit(f"--compare {old}: not a checkout of this project")
-    print(f"--compare {old}: {' '.join(COMPARE_RUN)}, {rounds} rounds, old then new")
-    ratios, same = [], True
+    # With a current compiled build, this tree also runs as plain Python in each round, so
+    # that the build's share of the speed-up is measured side by side too.
+    status = native.build_status()
+    plain_too = status == "current"
+    order = "old, new compiled, new plain" if plain_too else f"old then new (build: {status})"
+    print(f"--compare {old}: {' '.join(COMPARE_RUN)}, {rounds} rounds, {order}")
+    ratios, same, same_plain = [], True, True
     with tempfile.TemporaryDirectory() as tmp:
         for n in range(rounds):
             pair = {}
@@ -108,6 +121,14 @@ def compare(old: Path, rounds: int) -> None:
                 pair[tag] = cli_run(tree, Path(tmp) / f"{tag}{n}")
             o, w = pair["old"], pair["new"]
             same = same and o["runs"] == w["runs"]
+            if plain_too:
+                p = cli_run(ROOT, Path(tmp) / f"plain{n}", pure=True)
+                same_plain = same_plain and p["runs"] == w["runs"]
+                print(
+                    f"  round {n + 1}: new plain {p['wall_s']:.1f} s wall, {p['cpu_s']:.1f} s CPU; "
+                    f"compiled against plain x{p['wall_s'] / w['wall_s']:.2f} "
+                    f"(CPU x{p['cpu_s'] / w['cpu_s']:.2f})"
+                )
             rate_old = o["data_packets"] / o["wall_s"]
             rate_new = w["data_packets"] / w["wall_s"]
             ratios.append(rate_new / rate_old)
@@ -122,6 +143,8 @@ def compare(old: Path, rounds: int) -> None:
         f"{'met' if speedup >= GOAL_SPEEDUP else 'missed'}; runs.json "
         f"{'byte-identical' if same else 'DIFFERS'} between the two"
     )
+    if plain_too:
+        print(f"compiled and plain runs.json {'byte-identical' if same_plain else 'DIFFER'}")
 
 
 def simulate(ranks: int, steps: int, byte_scale: float = DEFAULT_BYTE_SCALE) -> dict:
