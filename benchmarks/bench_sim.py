@@ -121,14 +121,6 @@ def compare(old: Path, rounds: int) -> None:
                 pair[tag] = cli_run(tree, Path(tmp) / f"{tag}{n}")
             o, w = pair["old"], pair["new"]
             same = same and o["runs"] == w["runs"]
-            if plain_too:
-                p = cli_run(ROOT, Path(tmp) / f"plain{n}", pure=True)
-                same_plain = same_plain and p["runs"] == w["runs"]
-                print(
-                    f"  round {n + 1}: new plain {p['wall_s']:.1f} s wall, {p['cpu_s']:.1f} s CPU; "
-                    f"compiled against plain x{p['wall_s'] / w['wall_s']:.2f} "
-                    f"(CPU x{p['cpu_s'] / w['cpu_s']:.2f})"
-                )
             rate_old = o["data_packets"] / o["wall_s"]
             rate_new = w["data_packets"] / w["wall_s"]
             ratios.append(rate_new / rate_old)
@@ -137,6 +129,14 @@ def compare(old: Path, rounds: int) -> None:
                 f"{rate_old:,.0f} DATA/s; new {w['wall_s']:.1f} s wall, {w['cpu_s']:.1f} s CPU, "
                 f"{rate_new:,.0f} DATA/s; x{ratios[-1]:.2f} (CPU x{o['cpu_s'] / w['cpu_s']:.2f})"
             )
+            if plain_too:
+                p = cli_run(ROOT, Path(tmp) / f"plain{n}", pure=True)
+                same_plain = same_plain and p["runs"] == w["runs"]
+                print(
+                    f"  round {n + 1}: new plain {p['wall_s']:.1f} s wall, {p['cpu_s']:.1f} s CPU; "
+                    f"compiled against plain x{p['wall_s'] / w['wall_s']:.2f} "
+                    f"(CPU x{p['cpu_s'] / w['cpu_s']:.2f})"
+                )
     speedup = statistics.median(ratios)
     print(
         f"speed-up in DATA packets/s, median of {rounds}: x{speedup:.2f}; goal x{GOAL_SPEEDUP:g}: "
