@@ -116,6 +116,18 @@ parser ForgiveNicParser(packet_in packet,
 }
 
 /*************************************************************************
+ *  Pre control: PNA's stage before the main parser (for IPsec and the like),
+ *  which the package requires and BMv2's pna_nic does not run. Nothing here.
+ *************************************************************************/
+
+control ForgiveNicPreControl(in headers_t hdr,
+                             inout nic_metadata_t meta,
+                             in pna_pre_input_metadata_t istd,
+                             inout pna_pre_output_metadata_t ostd) {
+    apply { }
+}
+
+/*************************************************************************
  *  Main control: the receive half's decision
  *************************************************************************/
 
@@ -398,7 +410,7 @@ control ForgiveNicControl(inout headers_t hdr,
  *************************************************************************/
 
 control ForgiveNicDeparser(packet_out packet,
-                           inout headers_t hdr,
+                           in headers_t hdr,
                            in nic_metadata_t meta,
                            in pna_main_output_metadata_t ostd) {
     apply {
@@ -409,4 +421,5 @@ control ForgiveNicDeparser(packet_out packet,
     }
 }
 
-PNA_NIC(ForgiveNicParser(), ForgiveNicControl(), ForgiveNicDeparser()) main;
+PNA_NIC(ForgiveNicParser(), ForgiveNicPreControl(), ForgiveNicControl(),
+        ForgiveNicDeparser()) main;
