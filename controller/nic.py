@@ -156,8 +156,11 @@ class NicReceiverControl:
     # -- the NIC's configuration ---------------------------------------------
 
     def reset(self) -> None:
-        """Clear every table and register (BMv2's reset_state), then set P again."""
+        """Clear every table and register (BMv2's reset_state), then set P again and seed
+        the pipeline's draw generator with the policy's seed (the core's draw is seeded
+        with it too; the two generators differ, so the suite feeds the core the NIC's)."""
         self._rt.bm_reset_state()
+        self._write("draw_state", 0, self.policy.seed % (1 << 32))
         self._flows.clear()
         self._free_slots = list(range(NUM_FLOW_SLOTS - 1, -1, -1))
         self._steps.clear()

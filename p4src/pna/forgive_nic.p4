@@ -8,7 +8,7 @@
  * to the step's outstanding bytes, applies the vesting rule
  *     forgiven + len <= p/(1-p) * received
  * (with the step's budget and expected bytes) in fixed point without a
- * division, draws against P with the pipeline's Random extern, and turns the
+ * division, draws against P (the pipeline's own generator: see draw), and turns the
  * header into the reply: the ACK that forgives (rcv_nxt moves past the hole)
  * or the NACK that asks for the range, both with ELIGIBLE and EXHAUSTED set as
  * the core sets them. A full DATA updates the step's `received` (and closes a
@@ -29,6 +29,11 @@
 #include "../include/constants.p4"
 #include "../include/headers.p4"
 #include "include/nic_constants.p4"
+
+/* The draw's generator: a 32-bit linear congruential generator (the constants
+ * of Numerical Recipes, full period 2^32), the draw its top 16 bits. */
+const bit<32> LCG_MULTIPLIER = 1664525;
+const bit<32> LCG_INCREMENT = 1013904223;
 
 error {
     Ipv4OptionsPresent,
@@ -155,7 +160,11 @@ control ForgiveNicControl(inout headers_t hdr,
     Register<bit<32>, bit<32>>(NUM_STEP_SLOTS) step_forgiven;
     Register<bit<32>, bit<32>>(NUM_STEP_SLOTS) step_outstanding;
 
-    Random<bit<16>>(16w0, DRAW_MAX) forgive_draw;
+    /* The generator's state, seeded by the host (controller/nic.py). PNA's Random
+     * extern does not run here: p4c 1.2.5.5's PNA backend writes it as the
+     * primitive modify_field_rng_uniform, which BMv2's pna_nic does not have
+     * (it has a Random extern object that p4c does not emit). */
+    Register<bit<32>, bit<32>>(1) draw_state;
 
     action set_ports(PortId_t network_port, PortId_t host_port) {
         meta.network_port = network_port;
@@ -194,6 +203,15 @@ control ForgiveNicControl(inout headers_t hdr,
         actions = { offload; NoAction; }
         default_action = NoAction();
         size = NUM_FLOW_SLOTS;
+    }
+
+    /* A 16-bit draw in [0, 65535], kept for the host to audit the decision. */
+    action draw() {
+        bit<32> state = draw_state.read(32w0);
+        state = state * LCG_MULTIPLIER + LCG_INCREMENT;
+        draw_state.write(32w0, state);
+        meta.draw = state[31:16];
+        flow_last_draw.write(meta.flow_slot, meta.draw);
     }
 
     action to_host() {
@@ -366,8 +384,7 @@ control ForgiveNicControl(inout headers_t hdr,
                         <= p64 * (bit<64>)meta.received;
                 if (meta.may_forgive) {
                     /* The draw; a range it refuses stays outstanding. */
-                    meta.draw = forgive_draw.read();
-                    flow_last_draw.write(meta.flow_slot, meta.draw);
+                    draw();
                     meta.may_forgive = (bit<32>)meta.draw < meta.forgive_prob;
                 }
                 if (meta.may_forgive) {

@@ -25,7 +25,6 @@ const bit<16> REPLY_UDP_SRC_PORT = 0xC000;
  * probability, is in units of 1/65536, against a 16-bit draw. */
 const bit<32> P_SCALE = 1000000;
 const bit<32> FORGIVE_PROB_ONE = 65536;
-const bit<16> DRAW_MAX = 0xFFFF;
 
 /* Register slots: flows and steps at one receiving rank. */
 const bit<32> NUM_FLOW_SLOTS = 1024;
