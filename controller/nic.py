@@ -47,6 +47,12 @@ FLOW_HOST = 2
 """A flow slot's states (p4src/pna/include/nic_constants.p4)."""
 FLOW_STATES = {FLOW_IN_ORDER: "in_order", FLOW_HOLE: "hole", FLOW_HOST: "host"}
 
+REGISTERS = (
+    "flow_rcv_nxt", "flow_state", "flow_hole_end", "flow_last_draw",
+    "step_id", "step_p", "step_expected", "step_open",
+    "step_received", "step_forgiven", "step_outstanding", "draw_state",
+)  # fmt: skip
+"""Every register of the NIC program, by its name in the main control."""
 CONTROL = "ForgiveNicControl"
 """The main control's name: BMv2 names its tables, actions and registers under it."""
 _CXT = 0
@@ -156,10 +162,14 @@ class NicReceiverControl:
     # -- the NIC's configuration ---------------------------------------------
 
     def reset(self) -> None:
-        """Clear every table and register (BMv2's reset_state), then set P again and seed
-        the pipeline's draw generator with the policy's seed (the core's draw is seeded
-        with it too; the two generators differ, so the suite feeds the core the NIC's)."""
-        self._rt.bm_reset_state()
+        """Empty the flow table and zero every register, then set P again and seed the
+        pipeline's draw generator with the policy's seed (the core's draw is seeded with it
+        too; the two generators differ, so the suite feeds the core the NIC's). Not BMv2's
+        reset_state: pna_nic (BMv2 9674187) resets a multicast engine there that it never
+        created, and dies."""
+        self._rt.bm_mt_clear_entries(_CXT, f"{CONTROL}.gradient_flows", False)
+        for register in REGISTERS:
+            self._rt.bm_register_reset(_CXT, f"{CONTROL}.{register}")
         self._write("draw_state", 0, self.policy.seed % (1 << 32))
         self._flows.clear()
         self._free_slots = list(range(NUM_FLOW_SLOTS - 1, -1, -1))

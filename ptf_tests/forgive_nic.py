@@ -140,6 +140,8 @@ class NicTest(BaseTest):
         self.now = 0.0
         self.sizes: dict[int, int] = {}
         self.replies_seen: list[bytes] = []
+        self.handed_steps: set[int] = set()
+        """Steps with a flow the host holds: their counters are the host's from then on."""
 
     def tearDown(self) -> None:
         self.nic.close()
@@ -193,13 +195,20 @@ class NicTest(BaseTest):
         out = self.packet(frame, flow_id, ce)
         self.assertEqual((out.port, out.frame.hex()), (HOST_PORT, frame.hex()))
         self.assertEqual(self.nic.flow_state(flow_id)["state"], "host")
+        self.handed_steps.add(self.core.flow_state(flow_id)["step"])
 
     def assert_same_state(self, flow_id: int) -> None:
         core_flow = self.core.flow_state(flow_id)
         step = core_flow["step"]
         core_step = self.core.step_state(step)
         nic_step = self.nic.step_state(step)
-        for key in ("received", "forgiven", "outstanding", "open"):
+        # once the host holds one of the step's flows, the NIC no longer sees its bytes
+        keys = (
+            ("open",)
+            if step in self.handed_steps
+            else ("received", "forgiven", "outstanding", "open")
+        )
+        for key in keys:
             self.assertEqual(nic_step[key], core_step[key], f"step {step} {key}")
         self.assertEqual(self.nic.flow_state(flow_id)["rcv_nxt"], core_flow["rcv_nxt"])
 

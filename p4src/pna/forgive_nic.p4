@@ -24,7 +24,7 @@
  * registration (controller/nic.py); the pipeline keeps the rest.
  */
 #include <core.p4>
-#include <pna.p4>
+#include <bmv2/pna.p4>  /* BMv2's: three blocks, and send_to_port takes a run-time port */
 
 #include "../include/constants.p4"
 #include "../include/headers.p4"
@@ -34,11 +34,6 @@
  * of Numerical Recipes, full period 2^32), the draw its top 16 bits. */
 const bit<32> LCG_MULTIPLIER = 1664525;
 const bit<32> LCG_INCREMENT = 1013904223;
-
-error {
-    Ipv4OptionsPresent,
-    FthVersionUnknown
-}
 
 struct nic_metadata_t {
     /* nic_ports: the wire side and the host side. */
@@ -98,9 +93,10 @@ parser ForgiveNicParser(packet_in packet,
 
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
-        verify(hdr.ipv4.ihl == IPV4_IHL_NO_OPTIONS, error.Ipv4OptionsPresent);
-        transition select(hdr.ipv4.protocol) {
-            IPPROTO_UDP: parse_udp;
+        /* No verify here: pna_nic (BMv2 9674187) dies on a failed one. A header with
+         * options is parsed no further, so it has no FTH and goes to the host. */
+        transition select(hdr.ipv4.ihl, hdr.ipv4.protocol) {
+            (IPV4_IHL_NO_OPTIONS, IPPROTO_UDP): parse_udp;
             default: accept;
         }
     }
@@ -115,21 +111,8 @@ parser ForgiveNicParser(packet_in packet,
 
     state parse_fth {
         packet.extract(hdr.fth);
-        verify(hdr.fth.version == FTH_VERSION, error.FthVersionUnknown);
-        transition accept;
+        transition accept;  /* the version is checked with the rest (well_formed) */
     }
-}
-
-/*************************************************************************
- *  Pre control: PNA's stage before the main parser (for IPsec and the like),
- *  which the package requires and BMv2's pna_nic does not run. Nothing here.
- *************************************************************************/
-
-control ForgiveNicPreControl(in headers_t hdr,
-                             inout nic_metadata_t meta,
-                             in pna_pre_input_metadata_t istd,
-                             inout pna_pre_output_metadata_t ostd) {
-    apply { }
 }
 
 /*************************************************************************
@@ -310,7 +293,8 @@ control ForgiveNicControl(inout headers_t hdr,
             bool trimmed = (hdr.fth.flags & FTH_FLAG_TRIMMED) != 0;
             /* host_agent.wire.check_fields, and the flow's registered total:
              * what fails goes to the host, which counts and drops it. */
-            meta.well_formed = hdr.fth.opcode == FTH_OPCODE_DATA
+            meta.well_formed = hdr.fth.version == FTH_VERSION
+                && hdr.fth.opcode == FTH_OPCODE_DATA
                 && (hdr.fth.flags & ~FTH_KNOWN_FLAGS) == 0
                 && meta.len != 0 && meta.len <= PACKET_BYTES
                 && (bit<64>)meta.lo + (bit<64>)meta.len <= (bit<64>)hdr.fth.aux
@@ -436,7 +420,7 @@ control ForgiveNicControl(inout headers_t hdr,
  *************************************************************************/
 
 control ForgiveNicDeparser(packet_out packet,
-                           in headers_t hdr,
+                           inout headers_t hdr,
                            in nic_metadata_t meta,
                            in pna_main_output_metadata_t ostd) {
     apply {
@@ -447,5 +431,4 @@ control ForgiveNicDeparser(packet_out packet,
     }
 }
 
-PNA_NIC(ForgiveNicParser(), ForgiveNicPreControl(), ForgiveNicControl(),
-        ForgiveNicDeparser()) main;
+PNA_NIC(ForgiveNicParser(), ForgiveNicControl(), ForgiveNicDeparser()) main;
