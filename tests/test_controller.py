@@ -301,6 +301,22 @@ def test_unreachable_address_gives_a_clear_error():
         SwitchClient("s9", f"127.0.0.1:{free_tcp_port()}", timeout=0.5).connect()
 
 
+def test_a_reconnect_to_a_switch_whose_process_exited_stops_waiting():
+    """The emulation's runner tells the client when the switch's process has exited: the
+    reconnect gives up at once, not after its timeout (a dead switch's counters read waited
+    5 s, and the flows through it gave up before the restart)."""
+    checks = []
+
+    def gone() -> bool:
+        checks.append(True)
+        return len(checks) >= 3
+
+    client = SwitchClient("s9", f"127.0.0.1:{free_tcp_port()}", timeout=60, gone=gone)
+    with pytest.raises(SwitchUnreachable, match=r"s9 at 127\.0\.0\.1:\d+: its process has exited"):
+        client.connect()
+    assert len(checks) == 3 and client.channel is None
+
+
 @netns
 def test_wrong_control_socket_is_refused_before_any_write(fabric, capsys):
     desc = description(fabric.s1, fabric.s2)

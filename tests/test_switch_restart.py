@@ -22,14 +22,22 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
 ]
 FORGIVE = [sys.executable, "-m", "commands.forgive"]
-MARKERS = {"model": "commands.switch --name leaf1 ", "bmv2": "simple_switch_grpc"}
-"""The command line of the switch process to kill: leaf1, whose hosts' flows then stall."""
+MARKERS = {
+    "model": ("commands.switch --name leaf1 ",),
+    "bmv2": ("simple_switch_grpc ", " 1@leaf1-eth1 "),
+}
+"""What the command line of the switch process to kill holds: leaf1's, whose hosts' flows
+then stall (a bare `simple_switch_grpc` matched whichever BMv2 switch ps listed first)."""
 
 
-def _pid_of(marker: str) -> int:
+def _pid_of(marker: tuple[str, ...]) -> int:
     ps = subprocess.run(["ps", "-eww", "-o", "pid,args"], capture_output=True, text=True)
-    pids = [int(line.split()[0]) for line in ps.stdout.splitlines() if marker in line]
-    assert len(pids) >= 1, f"no process {marker!r}"
+    pids = [
+        int(line.split()[0])
+        for line in ps.stdout.splitlines()
+        if all(part in f"{line} " for part in marker)
+    ]
+    assert len(pids) == 1, f"{len(pids)} processes {marker!r}"
     return pids[0]
 
 

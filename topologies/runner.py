@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,11 @@ def _quiet_interfaces(net) -> None:
                 continue
             node.cmd(f"ip link set {intf.name} mtu {MTU}")
             node.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
+
+
+def _exited(switch: Any) -> bool:
+    """Whether a switch's current process has exited (a restart gives it a new one)."""
+    return switch.process is not None and switch.process.poll() is not None
 
 
 def _status(code: int) -> str:
@@ -158,6 +164,8 @@ class FabricRun:
                 parse_description(description), P4INFO, DEVICE_CONFIG
             )
             self._stack.callback(self.controller.close)
+            for switch in self.net.switches:
+                self.controller.clients[switch.name].gone = partial(_exited, switch)
             self.controller.apply()
 
     def start(self) -> None:
