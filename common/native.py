@@ -158,7 +158,7 @@ def build() -> None:
     try:
         extensions = mypycify(
             [*options, *sources],
-            opt_level="3",
+            opt_level="1",  # -O1: 7 s less build than -O3 here, inside make test's five minutes
             multi_file=True,  # one C file per module: the two cores compile side by side
             group_name=GROUP,
             target_dir=str(BUILD_DIR / "c"),
