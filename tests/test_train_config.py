@@ -31,6 +31,20 @@ def test_the_runners_host_entry_hands_over_the_exact_configuration(tmp_path):
         assert agent.host.gateway_mac == entry.gateway_mac
 
 
+def assert_refused_in_one_line(args: list[str], message: str) -> None:
+    """`forgive-train ARGS` exits 2 with one line on stderr holding `message`."""
+    result = subprocess.run(
+        [sys.executable, "-m", "commands.train", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=Path(__file__).parents[1],
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -44,16 +58,7 @@ def test_the_runners_host_entry_hands_over_the_exact_configuration(tmp_path):
 def test_a_bad_host_entry_is_one_line_before_anything_starts(tmp_path, change, message):
     entry = json.loads(plan_run(RunConfig(preset("2to1")), tmp_path).hosts[0].to_json())
     change(entry)
-    result = subprocess.run(
-        [sys.executable, "-m", "commands.train", "--host", json.dumps(entry)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=Path(__file__).parents[1],
-    )
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert_refused_in_one_line(["--host", json.dumps(entry)], message)
 
 
 def test_flags_override_the_json_and_read_like_the_fields():
@@ -76,13 +81,4 @@ def test_flags_override_the_json_and_read_like_the_fields():
     ],
 )
 def test_a_bad_configuration_is_one_line_before_anything_starts(config, message):
-    result = subprocess.run(
-        [sys.executable, "-m", "commands.train", "--iface", "lo", "--config", config],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=Path(__file__).parents[1],
-    )
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert_refused_in_one_line(["--iface", "lo", "--config", config], message)
