@@ -128,9 +128,9 @@ class HostAgent:
                 if writer is not None:
                     writer()
 
-    def _flush(self, now: float, data: bool = True) -> None:
+    def _flush(self, now: float) -> None:
         """Send what the host has due and hand its events to the applications (Host.pump)."""
-        self.host.pump(self.apps, now, self.link.send_frames, data)
+        self.host.pump(self.apps, now, self.link.send_frames)
 
     def _timeout(self, now: float) -> float:
         due = self.host.wakeup(self.apps)
@@ -140,21 +140,16 @@ class HostAgent:
         return max(deadline - now, 0.0)
 
     def _on_frames(self) -> None:
-        """Drain the socket before the sender runs again, sending replies every batch.
-
-        Reading everything first matters after the process was descheduled:
-        the ACKs queued meanwhile must be applied before the sender decides
-        that their segments timed out.
-        """
-        receive = self.host.receive_frame
+        """Drain the socket before the sender runs again, batch by batch
+        (Host.receive_frames: the replies go out, the sender waits for the next pump)."""
+        receive = self.host.receive_frames
         recv_batch = self.link.recv_batch
+        send = self.link.send_frames
         clock = time.monotonic
+        apps = self.apps
         for _ in range(MAX_BATCHES):
             frames = recv_batch(RECV_BATCH)
-            for frame in frames:
-                receive(frame, clock())
-            if frames:
-                self._flush(clock(), data=False)
+            receive(frames, clock, apps, send)
             if len(frames) < RECV_BATCH:
                 break
 

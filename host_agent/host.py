@@ -133,8 +133,7 @@ class Host:
         """Every frame due by `now`: ARP, replies, then DATA (held back for unresolved peers).
 
         `data=False` leaves the sender alone and returns only what is made
-        already: a driver still reading a backlog of ACKs sends its replies
-        without letting the sender's timers run before every ACK is read.
+        already (`receive_frames` asks so while frames back up).
         """
         frames, self._frames = self._frames, []
         prefixes = self._prefixes
@@ -176,16 +175,42 @@ class Host:
     # ----- the pump: what every driver does with a host ---------------------------------
 
     def pump(
+        self, apps: Sequence[Application], now: float, send: Callable[[list[Frame]], None]
+    ) -> bool:
+        """Send what is due (`send`), then hand every event to the applications; repeat
+        until there is neither, since an application reacting to an event may give the host
+        more to send. True if an event was handed on. A driver moves only the frames and
+        the time around this."""
+        return self._pump(apps, now, send, True)
+
+    def receive_frames(
+        self,
+        frames: Sequence[bytes | bytearray],
+        clock: Callable[[], float],
+        apps: Sequence[Application],
+        send: Callable[[list[Frame]], None],
+    ) -> None:
+        """A batch of frames read while more may be waiting behind it: each is taken in at
+        `clock()`, then what they made is sent and their events handed on, but the sender
+        does not run. Frames that backed up (ACKs queued while the driver was descheduled)
+        must all be applied before the sender's timers decide that their segments were lost;
+        the sender runs at the driver's next `pump`, once the backlog is read. A driver that
+        takes in each frame as it arrives, with nothing backed up, calls `receive_frame`
+        and `pump` instead."""
+        if not frames:
+            return
+        receive = self.receive_frame
+        for frame in frames:
+            receive(frame, clock())
+        self._pump(apps, clock(), send, False)
+
+    def _pump(
         self,
         apps: Sequence[Application],
         now: float,
         send: Callable[[list[Frame]], None],
-        data: bool = True,
+        data: bool,
     ) -> bool:
-        """Send what is due (`send`), then hand every event to the applications; repeat
-        until there is neither, since an application reacting to an event may give the host
-        more to send. True if an event was handed on. `data=False`: replies only (see
-        `frames_to_send`). A driver moves only the frames and the time around this."""
         handed = False
         while True:
             frames = self.frames_to_send(now, data)

@@ -312,3 +312,26 @@ def test_a_sender_whose_last_ack_was_lost_completes_after_the_receiver_forgot_th
     (done,) = sent
     assert isinstance(done, SendDone) and done.acked_bytes == 9000, done
     assert b.endpoint.summary()["core_rx"]["unknown_flow"] == 0
+
+
+def test_a_batch_of_acks_is_applied_before_the_sender_runs_again():
+    """Host.receive_frames, the raw-socket agent's read of a backlog: the ACKs are taken
+    in, but nothing the sender's timers would resend goes out until the next pump."""
+    a, b = pair(rto=1e-3, rto_max=4e-3, max_timeouts=3, ack_every=1)
+    b.endpoint.register_flow(5, 0, "other", 0.0)
+    a.endpoint.send("10.0.0.2", 5, bytes(40_000), "other", 0.0)
+    now, acks = 0.0, []
+    while len(acks) < 10:  # every DATA to b, none of b's ACKs back yet
+        for parts in a.frames_to_send(now):
+            b.receive_frame(b"".join(parts), now)
+        acks += [b"".join(parts) for parts in b.frames_to_send(now)]
+        now = a.get_timer() or now
+    late = now + 0.5  # long past every segment's timeout
+    out: list = []
+    a.receive_frames(acks[:5], lambda: late, [], out.append)
+    assert out == [], "the batch is read; the sender has not run"
+    a.pump([], late, out.append)
+    resent = [decode(frame[-1])[0] for frames in out for frame in frames]
+    assert resent and all(f.opcode == Opcode.DATA and f.flags & Flag.RETX for f in resent)
+    acked = {decode(ack[42:])[0].aux for ack in acks[:5]}
+    assert not acked & {f.seq for f in resent}, "nothing the batch acknowledged is resent"
