@@ -27,9 +27,6 @@ from switch_model import control
 from topologies.ports import free_port
 from topologies.processes import stop_process
 
-UNIX_PATH_MAX = 108
-"""Bytes of a Unix socket's path, its terminating NUL included (Linux's sun_path)."""
-
 OFFLOADS = ("tx", "rx", "tso", "gso", "gro")
 _devices = itertools.count(1)
 
