@@ -31,7 +31,7 @@ import os
 import socket
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 from host_agent.agent import HostAgent
@@ -197,7 +197,7 @@ class ApiServer:
             elif op == "forget_step":
                 endpoint.forget_step(int(request["step"]))
             elif op == "step_state":
-                extra = {"state": endpoint.step_state(int(request["step"]))}
+                extra = {"state": asdict(endpoint.step_state(int(request["step"])))}
             elif op == "stats":
                 summary = self.agent.summary()
                 extra = {

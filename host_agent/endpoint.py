@@ -20,7 +20,7 @@ import socket
 import sys
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from common import records
@@ -46,6 +46,8 @@ from host_agent.core import (
     ForgiveSender,
     NsccParams,
     ReceiverPolicy,
+    StepState,
+    TxFlowState,
 )
 from host_agent.core.sender import MAX_TIMEOUTS
 from host_agent.events import (
@@ -418,9 +420,10 @@ class Endpoint:
             raise ValueError(f"step {step} was never begun")
         self.rx.complete_step(step)
         self._check_step(step, "complete_step", now)
-        state = self.rx.step_state(step) or {}
+        state = self.rx.step_state(step)
+        assert state is not None  # begun in the core with the host's own record of it
         self.log.write(
-            "step", now, step=step, critical=info.critical, **state, **self._totals[step]
+            "step", now, step=step, critical=info.critical, **asdict(state), **self._totals[step]
         )
 
     def forget_step(self, step: int) -> None:
@@ -449,7 +452,7 @@ class Endpoint:
             raise ValueError(f"step {step} was never begun or is forgotten")
         return info.trims.split(start, end, parts)
 
-    def step_state(self, step: int) -> dict[str, Any]:
+    def step_state(self, step: int) -> StepState:
         state = self.rx.step_state(step)
         if state is None:
             raise ValueError(f"step {step} was never begun")
@@ -465,7 +468,7 @@ class Endpoint:
             bound_violation(state, self.policy.vesting),
             budget_violation(state, info.p, info.expected, info.budget),
         ]
-        if not state["open"] and info.open_gradient_flows == 0 and not info.unsized_shed:
+        if not state.open and info.open_gradient_flows == 0 and not info.unsized_shed:
             problems.append(completion_violation(state, info.expected, info.shed))
         return "; ".join(p for p in problems if p) or None
 
@@ -513,7 +516,7 @@ class Endpoint:
 
     def _forgiven(self, flow_id: int) -> int:
         state = self.rx.flow_state(flow_id)
-        return 0 if state is None else state["forgiven_bytes"]
+        return 0 if state is None else state.forgiven_bytes
 
     def _count_trim(
         self, flow: _Receiving, datagram: bytes | memoryview, forgiven: int, now: float
@@ -587,8 +590,8 @@ class Endpoint:
             **self.counters,
             **sum(self._totals.values(), Counter()),
             "acks_coalesced": self.acks.coalesced,
-            "core_rx": dict(self.rx.stats),
-            "core_tx": dict(self.tx.stats),
+            "core_rx": asdict(self.rx.stats),
+            "core_tx": asdict(self.tx.stats),
             "rx_rejected": dict(self.rx.rejected),
             "tx_rejected": dict(self.tx.rejected),
         }
@@ -612,25 +615,28 @@ class Endpoint:
             if flow is None:
                 continue
             state = self.rx.flow_state(flow_id)
-            assert state is not None
+            assert state is not None and state.total is not None  # complete, so sized
             totals = self._totals[flow.step]
-            for key in ("received_bytes", "forgiven_bytes", "trims", "ce_marks", "cnps_sent"):
-                totals[f"rx_{key}"] += state[key]
+            totals["rx_received_bytes"] += state.received_bytes
+            totals["rx_forgiven_bytes"] += state.forgiven_bytes
+            totals["rx_trims"] += state.trims
+            totals["rx_ce_marks"] += state.ce_marks
+            totals["rx_cnps_sent"] += state.cnps_sent
             event = RecvDone(
                 flow=flow_id,
                 step=flow.step,
                 traffic_class=flow.traffic_class,
                 duration=now - (flow.first_arrival or now),
-                total=state["total"],
-                received_bytes=state["received_bytes"],
-                forgiven_bytes=state["forgiven_bytes"],
-                trims=state["trims"],
-                ce_marks=state["ce_marks"],
-                cnps_sent=state["cnps_sent"],
-                exemption_eligible=state["exemption_eligible"],
+                total=state.total,
+                received_bytes=state.received_bytes,
+                forgiven_bytes=state.forgiven_bytes,
+                trims=state.trims,
+                ce_marks=state.ce_marks,
+                cnps_sent=state.cnps_sent,
+                exemption_eligible=state.exemption_eligible,
                 trimmed_bytes=flow.trimmed_bytes,
                 forgiven_ranges=(
-                    tuple(self.rx.forgiven_ranges(flow_id)) if state["forgiven_bytes"] else ()
+                    tuple(self.rx.forgiven_ranges(flow_id)) if state.forgiven_bytes else ()
                 ),
                 payload=self.rx.payload(flow_id) if flow.deliver else None,
             )
@@ -657,11 +663,11 @@ class Endpoint:
             dst = socket.inet_ntoa(flow.peer)
             reason = (
                 f"{self.config.max_timeouts} retransmission timeout rounds in a row,"
-                f" {state['acked_bytes']} of {flow.size} bytes acknowledged"
+                f" {state.acked_bytes} of {flow.size} bytes acknowledged"
             )
             self._emit(
                 FlowFailed(
-                    flow_id, flow.step, dst, flow.size, state["acked_bytes"], state["rtos"], reason
+                    flow_id, flow.step, dst, flow.size, state.acked_bytes, state.rtos, reason
                 ),
                 now,
             )
@@ -678,12 +684,29 @@ class Endpoint:
                     dst=socket.inet_ntoa(flow.peer),
                     bytes=flow.size,
                     duration=now - flow.started,
-                    **{k: state[k] for k in _SEND_FIELDS},
+                    acked_bytes=state.acked_bytes,
+                    sent_bytes=state.sent_bytes,
+                    sent_packets=state.sent_packets,
+                    retransmitted_bytes=state.retransmitted_bytes,
+                    cc_mode=state.cc_mode,
+                    rate_bps=state.rate_bps,
+                    cnps=state.cnps,
+                    cnps_ignored=state.cnps_ignored,
+                    nacks=state.nacks,
+                    rtos=state.rtos,
+                    rate_cuts=state.rate_cuts,
+                    mode_changes=state.mode_changes,
+                    exempt_time=state.exempt_time,
+                    obeying_again_time=state.obeying_again_time,
+                    rtt_max=state.rtt_max,
+                    late_acks=state.late_acks,
+                    mark_cuts=state.mark_cuts,
+                    window=state.window,
                 ),
                 now,
             )
 
-    def _close_sending(self, flow_id: int) -> tuple[_Sending, dict[str, Any]] | None:
+    def _close_sending(self, flow_id: int) -> tuple[_Sending, TxFlowState] | None:
         """A flow the sender finished or gave up, closed in the core: (the flow, its final
         state), or None where it is not one of ours."""
         flow = self._sending.pop(flow_id, None)
@@ -695,10 +718,13 @@ class Endpoint:
         return flow, state
 
     @staticmethod
-    def _add_sent(totals: Counter, state: dict[str, Any]) -> None:
+    def _add_sent(totals: Counter, state: TxFlowState) -> None:
         """A closed flow's sender counts, into its step's totals."""
-        for key in ("retransmitted_bytes", "cnps", "nacks", "rtos", "mode_changes"):
-            totals[f"tx_{key}"] += state[key]
+        totals["tx_retransmitted_bytes"] += state.retransmitted_bytes
+        totals["tx_cnps"] += state.cnps
+        totals["tx_nacks"] += state.nacks
+        totals["tx_rtos"] += state.rtos
+        totals["tx_mode_changes"] += state.mode_changes
 
     def _forget(self, flow_id: int) -> None:
         self.rx.forget_flow(flow_id)
@@ -720,28 +746,6 @@ class Endpoint:
         if info is None:
             raise ValueError(f"step {step} was never begun")
         return is_shed(self.policy, self.config.seed, step, flow_id, info.critical)
-
-
-_SEND_FIELDS = (
-    "acked_bytes",
-    "sent_bytes",
-    "sent_packets",
-    "retransmitted_bytes",
-    "cc_mode",
-    "rate_bps",
-    "cnps",
-    "cnps_ignored",
-    "nacks",
-    "rtos",
-    "rate_cuts",
-    "mark_cuts",
-    "mode_changes",
-    "exempt_time",
-    "obeying_again_time",
-    "rtt_max",
-    "late_acks",
-    "window",
-)
 
 
 def _stderr(message: str) -> None:

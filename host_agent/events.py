@@ -7,10 +7,11 @@ API turns them into JSON lines, the training rank reacts to them directly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from common import records
+from host_agent.core.sender import WindowState
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ class SendDone:
     not lost."""
     mark_cuts: int = 0
     """Of `rate_cuts`, those that answered an ECN mark rather than a trim alone."""
-    window: dict[str, float] | None = None
+    window: WindowState | None = None
     """NSCC only (recorded only then): the flow's window, its bound, base round trip and
     smoothed queueing delay when it ended."""
 
@@ -128,8 +129,10 @@ def record(event: Event) -> dict[str, Any]:
     for f in fields(event):
         if f.name not in _NOT_RECORDED:
             value = getattr(event, f.name)
-            if value is None and f.name in _RECORDED_WHEN_SET:
-                continue
+            if f.name in _RECORDED_WHEN_SET:
+                if value is None:
+                    continue
+                value = asdict(value)
             out[f.name] = value
     if isinstance(event, Shed):
         out["shed"] = True
@@ -138,4 +141,5 @@ def record(event: Event) -> dict[str, Any]:
 
 _NOT_RECORDED = frozenset(("payload", "sending"))
 _RECORDED_WHEN_SET = frozenset(("window",))
-"""Fields a record has only when they hold a value, so runs without them record as before."""
+"""Fields a record has only when they hold a value (a state dataclass, recorded as its JSON
+object), so runs without them record as before."""

@@ -9,17 +9,17 @@ shows up as a loud, counted violation instead of a quiet number.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from fractions import Fraction
 from typing import IO, Any
 
 from common import records
+from host_agent.core.receiver import StepState
 
 _RELATIVE_SLACK = 1e-9
 """Float rounding allowance when comparing forgiven * (1 - p) against p * received."""
 
 
-def bound_violation(state: Mapping[str, Any], vesting: bool = True) -> str | None:
+def bound_violation(state: StepState, vesting: bool = True) -> str | None:
     """Describe how a step state breaks `forgiven <= budget` or `forgiven <= p/(1-p) * received`.
 
     The second form is checked as `forgiven * (1 - p) <= p * received`, which
@@ -27,10 +27,7 @@ def bound_violation(state: Mapping[str, Any], vesting: bool = True) -> str | Non
     It is the vesting rule's bound, so a policy without vesting (the note's
     full-budget comparison) is held to the budget alone.
     """
-    p = float(state["p"])
-    forgiven = int(state["forgiven"])
-    received = int(state["received"])
-    budget = int(state["budget"])
+    p, forgiven, received, budget = state.p, state.forgiven, state.received, state.budget
     problems = []
     if forgiven > budget:
         problems.append(f"forgiven {forgiven} > budget {budget}")
@@ -46,25 +43,25 @@ def loss_budget(p: float, expected: int) -> int:
     return int(Fraction(str(p)) * expected)
 
 
-def budget_violation(state: Mapping[str, Any], p: float, expected: int, budget: int) -> str | None:
+def budget_violation(state: StepState, p: float, expected: int, budget: int) -> str | None:
     """Describe how a step's p, expected bytes or budget differ from what the workload declared.
 
     `p` is the policy's probability for the step's regime, `expected` the
     workload's own count and `budget` what `loss_budget` makes of the two.
     """
     problems = []
-    if float(state["p"]) != p:
-        problems.append(f"p {state['p']} but the policy gives {p}")
-    if int(state["expected"]) != expected:
-        problems.append(f"expected {state['expected']} but the workload declared {expected}")
-    if int(state["budget"]) != budget:
-        problems.append(f"budget {state['budget']} != floor(p * expected) = {budget}")
+    if state.p != p:
+        problems.append(f"p {state.p} but the policy gives {p}")
+    if state.expected != expected:
+        problems.append(f"expected {state.expected} but the workload declared {expected}")
+    if state.budget != budget:
+        problems.append(f"budget {state.budget} != floor(p * expected) = {budget}")
     return "; ".join(problems) or None
 
 
-def completion_violation(state: Mapping[str, Any], expected: int, shed: int) -> str | None:
+def completion_violation(state: StepState, expected: int, shed: int) -> str | None:
     """At a step's end every expected gradient byte was received, forgiven or shed: none lost."""
-    received, forgiven = int(state["received"]), int(state["forgiven"])
+    received, forgiven = state.received, state.forgiven
     if received + forgiven + shed == expected:
         return None
     return (

@@ -195,11 +195,11 @@ class NicTest(BaseTest):
         out = self.packet(frame, flow_id, ce)
         self.assertEqual((out.port, out.frame.hex()), (HOST_PORT, frame.hex()))
         self.assertEqual(self.nic.flow_state(flow_id)["state"], "host")
-        self.handed_steps.add(self.core.flow_state(flow_id)["step"])
+        self.handed_steps.add(self.core.flow_state(flow_id).step)
 
     def assert_same_state(self, flow_id: int) -> None:
         core_flow = self.core.flow_state(flow_id)
-        step = core_flow["step"]
+        step = core_flow.step
         core_step = self.core.step_state(step)
         nic_step = self.nic.step_state(step)
         # once the host holds one of the step's flows, the NIC no longer sees its bytes
@@ -209,8 +209,8 @@ class NicTest(BaseTest):
             else ("received", "forgiven", "outstanding", "open")
         )
         for key in keys:
-            self.assertEqual(nic_step[key], core_step[key], f"step {step} {key}")
-        self.assertEqual(self.nic.flow_state(flow_id)["rcv_nxt"], core_flow["rcv_nxt"])
+            self.assertEqual(nic_step[key], getattr(core_step, key), f"step {step} {key}")
+        self.assertEqual(self.nic.flow_state(flow_id)["rcv_nxt"], core_flow.rcv_nxt)
 
     def fill(self, flow_id: int, start: int, count: int) -> int:
         """`count` full DATA of PACKET_BYTES from `start`; returns the next offset."""
@@ -286,9 +286,7 @@ def run_draws(test: NicTest, forgive_prob: float, trims: int) -> list[Opcode]:
         decisions.append(decision)
         if decision == Opcode.ACK:
             seq += PACKET_BYTES
-        elif (
-            test.core.step_state(1)["forgiven"] + PACKET_BYTES > test.core.step_state(1)["received"]
-        ):
+        elif test.core.step_state(1).forgiven + PACKET_BYTES > test.core.step_state(1).received:
             test.delivered(5, seq, PACKET_BYTES)
             seq += PACKET_BYTES
     return decisions

@@ -3,6 +3,7 @@
 import pytest
 
 from common.frames import ARP_REPLY, ARP_REQUEST, arp_frame, ip_bytes, mac_bytes, parse_arp
+from host_agent.core import StepState
 from host_agent.neighbors import ARP_RETRY, UNRESOLVED_QUEUE, Neighbors
 from host_agent.stats import bound_violation
 
@@ -11,7 +12,7 @@ PEER_MAC, PEER_IP = mac_bytes("02:00:00:00:00:02"), ip_bytes("10.1.0.2")
 
 
 def state(p, budget, received, forgiven):
-    return {"p": p, "budget": budget, "received": received, "forgiven": forgiven}
+    return StepState(p, budget, 0, received, forgiven, 0, True, 0)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,13 @@ from helpers import ack, cnp, data, nack, only, parse, trim
 from link import Impairments, Link
 
 from common.wire import PACKET_BYTES, Flag, Opcode
-from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
+from host_agent.core import (
+    DcqcnParams,
+    ForgiveReceiver,
+    ForgiveSender,
+    ReceiverPolicy,
+    SenderCounts,
+)
 
 K = PACKET_BYTES
 FLOW = 7
@@ -39,7 +45,7 @@ def test_a_packet_far_out_costs_its_payload_not_its_offset(seq):
         tracemalloc.stop()
     assert (reply.opcode, reply.aux, reply.length) == (Opcode.ACK, seq, K)
     assert peak < 64 * K
-    assert rx.flow_state(FLOW)["received_bytes"] == K
+    assert rx.flow_state(FLOW).received_bytes == K
 
 
 def test_held_bytes_move_into_place_once_the_gaps_settle():
@@ -51,7 +57,7 @@ def test_held_bytes_move_into_place_once_the_gaps_settle():
     rx.receive(trim(FLOW, K, K, total), False, 0.0)  # forgiven, above the hole at 0
     rx.receive(data(FLOW, 0, K, total, fill=1), False, 0.0)
     rx.receive(trim(FLOW, 3 * K, K, total), False, 0.0)  # forgiven, completes the flow
-    assert rx.flow_state(FLOW)["complete"]
+    assert rx.flow_state(FLOW).complete
     expected = [1, 0, 3, 0, 5, 6]
     assert rx.payload(FLOW) == b"".join(bytes([b]) * K for b in expected)
 
@@ -62,12 +68,12 @@ def test_held_bytes_move_into_place_once_the_gaps_settle():
 def test_registered_size_rejects_a_stray_first_packet_and_the_flow_completes():
     rx = receiver()
     rx.register_flow(FLOW, step=1, gradient=True, size=3 * K)
-    assert rx.flow_state(FLOW)["total"] == 3 * K
+    assert rx.flow_state(FLOW).total == 3 * K
     assert rx.receive(data(FLOW, 0, K, 99 * K), False, 0.0) == []  # stray: another total
     assert rx.receive(data(FLOW, 2**28, K, MAX_TOTAL), False, 0.0) == []
     for seq in range(0, 3 * K, K):
         assert only(rx.receive(data(FLOW, seq, K, 3 * K), False, 0.0)).opcode == Opcode.ACK
-    assert rx.flow_state(FLOW)["complete"] and rx.take_completed() == [FLOW]
+    assert rx.flow_state(FLOW).complete and rx.take_completed() == [FLOW]
     assert rx.rejected == {"total_mismatch": 2}
 
 
@@ -76,7 +82,7 @@ def test_registered_size_holds_for_trimmed_headers_too():
     rx.register_flow(FLOW, step=1, gradient=True, size=3 * K)
     assert rx.receive(trim(FLOW, 5 * K, K, 6 * K), False, 0.0) == []
     assert rx.rejected == {"total_mismatch": 1}
-    assert rx.step_state(1)["outstanding"] == 0 and rx.flow_ranges(FLOW) == []
+    assert rx.step_state(1).outstanding == 0 and rx.flow_ranges(FLOW) == []
 
 
 @pytest.mark.parametrize("size", [0, -1, 2**32, 1.5, "4096"])
@@ -94,7 +100,7 @@ def test_stray_packet_first_no_longer_stalls_the_flow_end_to_end():
     rx.receive(data(1, 0, K, 5 * K), False, 0.0)  # arrives before the real flow
     tx.open_flow(1, size, now=0.0)
     Link(tx, rx, forward=Impairments(delay=5e-6)).run(until=1.0)
-    assert tx.flow_state(1)["done"] and rx.flow_state(1)["complete"]
+    assert tx.flow_state(1).done and rx.flow_state(1).complete
     assert tx.take_failed() == [] and rx.rejected == {"total_mismatch": 1}
 
 
@@ -117,13 +123,13 @@ def test_sender_gives_up_after_max_timeouts_without_progress():
     tx.open_flow(1, 8 * K, now=0.0)
     sent = drive(tx, until=10.0)
     state = tx.flow_state(1)
-    assert state["failed"] and not state["done"] and state["rtos"] >= 4
+    assert state.failed and not state.done and state.rtos >= 4
     assert sent > 8  # resent on the first three timeout rounds, then nothing
     assert tx.next_deadline() is None and tx.poll(100.0) == []
     assert tx.take_failed() == [1] and tx.take_failed() == []
     assert tx.take_completed() == []
     tx.receive(ack(1, 8 * K, 0, K), 100.0)  # too late: the flow stays failed
-    assert tx.flow_state(1)["failed"] and not tx.flow_state(1)["done"]
+    assert tx.flow_state(1).failed and not tx.flow_state(1).done
     assert tx.rejected == {"failed_flow": 1}
 
 
@@ -140,21 +146,21 @@ def test_a_burst_expiring_segment_by_segment_is_one_timeout_round():
         tx.poll(now)
     rounds = sum(min(1e-3 * 2**k, 4e-3) for k in range(5))  # five rounds, the sixth gives up
     assert now >= rounds
-    assert tx.flow_state(1)["rtos"] > 6  # segments expired one by one, each resent
+    assert tx.flow_state(1).rtos > 6  # segments expired one by one, each resent
 
 
 def test_any_progress_resets_the_timeout_count():
     tx = sender(max_timeouts=2)
     tx.open_flow(1, 8 * K, now=0.0)
     now, acked = 0.0, 0
-    while tx.flow_state(1)["rtos"] < 6:
+    while tx.flow_state(1).rtos < 6:
         tx.poll(now)
         now = tx.next_deadline()
-        if tx.flow_state(1)["rtos"] > acked // K:  # a timeout since the last ACK
+        if tx.flow_state(1).rtos > acked // K:  # a timeout since the last ACK
             acked += K
             tx.receive(ack(1, acked, acked - K, K), now)  # progress: one more segment
     state = tx.flow_state(1)
-    assert not state["failed"] and tx.take_failed() == []
+    assert not state.failed and tx.take_failed() == []
     assert tx.next_deadline() is not None
 
 
@@ -186,7 +192,7 @@ def test_sender_counts_each_rejected_packet_once_by_reason_and_applies_nothing()
     assert tx.rejected == {
         "short": 1, "bad_header": 1, "not_control": 1, "unknown_flow": 1, "out_of_range": 3,
     }  # fmt: skip
-    assert tx.stats == {"malformed": 6, "unknown_flow": 1}
+    assert tx.stats == SenderCounts(malformed=6, unknown_flow=1)
     assert tx.flow_state(1) == before
 
 
@@ -207,8 +213,8 @@ def test_receiver_counts_each_rejected_packet_once_by_reason():
         "short": 1, "bad_header": 1, "out_of_range": 1, "not_data": 1,
         "unknown_flow": 1, "total_mismatch": 1,
     }  # fmt: skip
-    assert rx.stats["malformed"] == 5 and rx.stats["unknown_flow"] == 1
-    assert rx.flow_state(FLOW)["ce_marks"] == 0
+    assert rx.stats.malformed == 5 and rx.stats.unknown_flow == 1
+    assert rx.flow_state(FLOW).ce_marks == 0
 
 
 # -- the ECN echo on the report that ends an exemption -----------------------------------
@@ -232,15 +238,15 @@ def test_forgiveness_ack_that_ends_the_exemption_cuts_the_rate_once():
     tx.open_flow(1, 100 * K, now=0.0)
     tx.poll(0.0)
     tx.receive(ack(1, 0, 0, K, flags=Flag.ELIGIBLE), 1e-6)
-    assert tx.flow_state(1)["cc_mode"] == "exempt"
+    assert tx.flow_state(1).cc_mode == "exempt"
     replies = rx.receive(trim(1, 9 * K, K, 100 * K), True, 1e-5)
     assert [r.opcode for r in parse(replies)] == [Opcode.CNP, Opcode.ACK]
     assert parse(replies)[1].flags == Flag.ECE | Flag.ELIGIBLE | Flag.EXHAUSTED
     for reply in replies:
         tx.receive(reply, 2e-5)
     state = tx.flow_state(1)
-    assert state["cc_mode"] == "obeying" and state["cnps_ignored"] == 1
-    assert state["rate_cuts"] == 1 and state["rate_bps"] < 10e9
+    assert state.cc_mode == "obeying" and state.cnps_ignored == 1
+    assert state.rate_cuts == 1 and state.rate_bps < 10e9
 
 
 def test_echo_on_an_obeying_flow_adds_no_cut_to_the_cnp():
@@ -248,7 +254,7 @@ def test_echo_on_an_obeying_flow_adds_no_cut_to_the_cnp():
     tx.open_flow(1, 100 * K, now=0.0)
     tx.receive(cnp(1), 1e-5)
     tx.receive(ack(1, 0, 0, 0, flags=Flag.ECE), 1e-5)
-    assert tx.flow_state(1)["rate_cuts"] == 1
+    assert tx.flow_state(1).rate_cuts == 1
 
 
 # -- the notification point's window end (docs/dcqcn.md) ------------------------------------
@@ -266,7 +272,7 @@ def test_mark_inside_the_window_is_sent_at_its_end():
     assert rx.poll(49e-6) == []
     assert only(rx.poll(50e-6)).opcode == Opcode.CNP
     assert rx.poll(1.0) == [] and rx.next_deadline() is None
-    assert rx.flow_state(FLOW)["cnps_sent"] == 2
+    assert rx.flow_state(FLOW).cnps_sent == 2
     # the window restarted at 50 us: a mark at 80 us waits for 100 us
     rx.receive(data(FLOW, 3 * K, K, 10 * K), True, 80e-6)
     assert rx.next_deadline() == pytest.approx(100e-6)
@@ -298,6 +304,6 @@ def test_completed_or_forgotten_flows_get_no_late_cnp():
     for flow in (1, 2):
         rx.receive(data(flow, 0, K, 2 * K), True, 0.0)
         rx.receive(data(flow, K, K, 2 * K), True, 10e-6)
-    assert rx.flow_state(1)["complete"]
+    assert rx.flow_state(1).complete
     rx.forget_flow(2)
     assert rx.next_deadline() is None and rx.poll(1.0) == []

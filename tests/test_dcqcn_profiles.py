@@ -279,13 +279,13 @@ def test_sender_on_the_nic_profile_cuts_at_the_next_check():
     tx.poll(0.0)
     tx.receive(cnp(1), 1e-6)
     early = tx.flow_state(1)  # the cut is due at the check at 5 us: counted, not yet applied
-    assert early["rate_cuts"] == 1 and early["rate_bps"] == 10e9
+    assert early.rate_cuts == 1 and early.rate_bps == 10e9
     now = 0.0
     while now < 10e-6:
         tx.poll(now)
         now = tx.next_deadline()
     state = tx.flow_state(1)
-    assert state["rate_cuts"] == 1 and state["rate_bps"] < 10e9 and state["cnps"] == 1
+    assert state.rate_cuts == 1 and state.rate_bps < 10e9 and state.cnps == 1
 
 
 @pytest.mark.parametrize("profile", ["paper", "nic"])
@@ -298,8 +298,8 @@ def test_both_profiles_carry_a_marked_flow_end_to_end(profile):
     tx.open_flow(1, 600_000, now=0.0)
     Link(tx, rx, forward=Impairments(delay=5e-6, jitter=3e-6, ce=0.3, trim=0.02), seed=3).run(1.0)
     state = tx.flow_state(1)
-    assert state["done"] and rx.flow_state(1)["complete"]
-    assert state["rate_cuts"] > 0 and state["rate_bps"] < 10e9 and state["cnps_ignored"] == 0
+    assert state.done and rx.flow_state(1).complete
+    assert state.rate_cuts > 0 and state.rate_bps < 10e9 and state.cnps_ignored == 0
 
 
 def integrated_departure(rate, wire_bits, sent_at, dt):
@@ -359,7 +359,7 @@ def test_a_cut_due_after_the_flows_last_packet_is_counted():
     tx.receive(ack(1, 4096, 0, 4096), 2e-6)
     assert tx.take_completed() == [1]
     state = tx.flow_state(1)
-    assert state["cnps"] == 1 and state["rate_cuts"] == 1
+    assert state.cnps == 1 and state.rate_cuts == 1
 
 
 def test_congestion_control_off_never_cuts_but_counts_every_signal():
@@ -373,8 +373,8 @@ def test_congestion_control_off_never_cuts_but_counts_every_signal():
     tx.open_flow(1, 600_000, now=0.0)
     Link(tx, rx, forward=Impairments(delay=5e-6, jitter=3e-6, ce=0.3, trim=0.05), seed=3).run(1.0)
     state = tx.flow_state(1)
-    assert state["done"] and state["cnps"] > 0 and state["nacks"] > 0
-    assert state["rate_cuts"] == state["mark_cuts"] == 0 and state["rate_bps"] == 10e9
+    assert state.done and state.cnps > 0 and state.nacks > 0
+    assert state.rate_cuts == state.mark_cuts == 0 and state.rate_bps == 10e9
     with pytest.raises(ValueError, match="known: paper, nic, off"):
         DcqcnParams.for_profile("none", 1e9)
 
@@ -396,6 +396,6 @@ def test_cuts_are_attributed_to_marks_or_to_trims(profile):
         now = tx.next_deadline()
     state = tx.flow_state(1)
     if profile == "paper":
-        assert (state["rate_cuts"], state["mark_cuts"]) == (3, 1)
+        assert (state.rate_cuts, state.mark_cuts) == (3, 1)
     else:
-        assert (state["rate_cuts"], state["mark_cuts"]) == (2, 1)
+        assert (state.rate_cuts, state.mark_cuts) == (2, 1)

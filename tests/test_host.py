@@ -106,7 +106,7 @@ def test_a_step_settled_by_arrivals_and_forgiveness_passes_every_check():
     for seq in range(0, 36864, 4096):
         endpoint.receive(data(1, seq, 4096, 36864), PEER, False, 0.0)
     endpoint.receive(trim(2, 0, 4096, 4096), PEER, False, 0.0)  # forgiven: 4096 <= 0.1 * 40960
-    assert endpoint.rx.step_state(3)["forgiven"] == 4096
+    assert endpoint.rx.step_state(3).forgiven == 4096
     endpoint.complete_step(3, 0.0)  # flow 3 (no bytes expected of it) is open: nothing to check
     assert endpoint.step_problem(3) is None
     assert [type(e) for e in events(endpoint)] == [RecvDone, RecvDone]

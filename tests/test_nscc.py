@@ -323,7 +323,7 @@ def test_cnps_do_not_move_the_window():
 
     tx.receive(cnp(1), 1e-6)
     assert tx._flows[1].rate.window == before
-    assert tx.flow_state(1)["cnps"] == 1
+    assert tx.flow_state(1).cnps == 1
 
 
 # -- against uet-htsim's published incast ------------------------------------------------------

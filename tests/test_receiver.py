@@ -4,7 +4,7 @@ import pytest
 from helpers import data, only, parse, trim
 
 from common.wire import PACKET_BYTES, Flag, Opcode
-from host_agent.core import ForgiveReceiver, ReceiverPolicy
+from host_agent.core import ForgiveReceiver, ReceiverPolicy, StepState
 
 K = PACKET_BYTES
 FLOW = 7
@@ -30,11 +30,11 @@ def test_step_begin_sets_p_and_floor_budget():
     rx = ForgiveReceiver(ReceiverPolicy(p_low=0.005, p_high=0.1))
     rx.begin_step(1, critical=True, expected_bytes=1_000_001)
     rx.begin_step(2, critical=False, expected_bytes=1_000_001)
-    assert rx.step_state(1) == {
-        "p": 0.005, "budget": 5000, "expected": 1_000_001, "received": 0,
-        "forgiven": 0, "outstanding": 0, "open": True, "excess": 0,
-    }  # fmt: skip
-    assert rx.step_state(2)["budget"] == 100_000
+    assert rx.step_state(1) == StepState(
+        p=0.005, budget=5000, expected=1_000_001, received=0,
+        forgiven=0, outstanding=0, open=True, excess=0,
+    )  # fmt: skip
+    assert rx.step_state(2).budget == 100_000
     with pytest.raises(ValueError, match="already begun"):
         rx.begin_step(1, critical=False, expected_bytes=1)
 
@@ -45,7 +45,7 @@ def test_complete_step_closes_the_budget_for_good():
     rx.complete_step(1)
     reply = only(rx.receive(trim(FLOW, 50 * K, K, 100 * K), False, 1.0))
     assert reply.opcode == Opcode.NACK
-    assert rx.step_state(1)["forgiven"] == 0 and rx.step_state(1)["open"] is False
+    assert rx.step_state(1).forgiven == 0 and rx.step_state(1).open is False
 
 
 # -- OnTrimmedHeader, branch by branch ---------------------------------------------
@@ -72,7 +72,7 @@ def test_a_trimmed_header_keeping_cut_payload_is_the_same_trim():
     ]
     assert got[0] == got[1] and got[0].opcode == Opcode.ACK  # forgiven, p = 0.1
     assert bare.step_state(1) == cut.step_state(1)
-    assert cut.step_state(1)["received"] == 20 * K and cut.rejected == {}
+    assert cut.step_state(1).received == 20 * K and cut.rejected == {}
 
 
 def test_non_gradient_flow_is_never_forgiven():
@@ -81,14 +81,14 @@ def test_non_gradient_flow_is_never_forgiven():
     reply = only(rx.receive(trim(FLOW, 50 * K, K, 100 * K), False, 1.0))
     assert (reply.opcode, reply.seq, reply.length, reply.aux) == (Opcode.NACK, 50 * K, K, 50 * K)
     assert reply.flags == 0  # never exemption-eligible
-    assert rx.step_state(1)["forgiven"] == 0 and rx.step_state(1)["received"] == 0
+    assert rx.step_state(1).forgiven == 0 and rx.step_state(1).received == 0
     assert rx.flow_ranges(FLOW) == [(50 * K, 51 * K, "requested")]
 
 
 def test_no_open_budget_means_repair():
     rx = ForgiveReceiver(ReceiverPolicy())
     rx.register_flow(FLOW, step=9, gradient=True)  # step 9 never classified
-    assert rx.flow_state(FLOW)["exemption_eligible"] is False
+    assert rx.flow_state(FLOW).exemption_eligible is False
     reply = only(rx.receive(trim(FLOW, 0, K, 10 * K), False, 0.0))
     assert reply.opcode == Opcode.NACK and reply.flags == 0
     assert rx.step_state(9) is None
@@ -100,14 +100,14 @@ def test_vesting_refuses_early_and_allows_once_enough_has_arrived():
     reply = only(rx.receive(trim(FLOW, 8 * K, K, 100 * K), False, 1.0))
     assert reply.opcode == Opcode.NACK
     st = rx.step_state(1)
-    assert (st["forgiven"], st["outstanding"]) == (0, K)
+    assert (st.forgiven, st.outstanding) == (0, K)
     # 9 more packets arrive above the hole; received = 17K, 0.1*(17K+K) = 1.8K >= K.
     for seq in range(9 * K, 18 * K, K):
         rx.receive(data(FLOW, seq, K, 100 * K), False, 1.0)
     reply = only(rx.receive(trim(FLOW, 8 * K, K, 100 * K), False, 2.0))
     assert (reply.opcode, reply.seq) == (Opcode.ACK, 18 * K)
     st = rx.step_state(1)
-    assert (st["forgiven"], st["outstanding"], st["received"]) == (K, 0, 17 * K)
+    assert (st.forgiven, st.outstanding, st.received) == (K, 0, 17 * K)
 
 
 def test_vesting_boundary_is_exact():
@@ -126,7 +126,7 @@ def test_full_budget_policy_skips_vesting():
     rx = receiver(vesting=False)
     reply = only(rx.receive(trim(FLOW, 0, K, 100 * K), False, 0.0))
     assert (reply.opcode, reply.seq) == (Opcode.ACK, K)
-    assert rx.step_state(1)["forgiven"] == K
+    assert rx.step_state(1).forgiven == K
 
 
 def test_draw_refusal_charges_nothing_and_stays_outstanding():
@@ -135,15 +135,15 @@ def test_draw_refusal_charges_nothing_and_stays_outstanding():
     reply = only(rx.receive(trim(FLOW, 50 * K, K, 100 * K), False, 1.0))
     assert reply.opcode == Opcode.NACK
     st = rx.step_state(1)
-    assert (st["forgiven"], st["outstanding"]) == (0, K)
+    assert (st.forgiven, st.outstanding) == (0, K)
     # trimmed again: only new bytes count, so outstanding stays K
     rx.receive(trim(FLOW, 50 * K, K, 100 * K), False, 2.0)
-    assert rx.step_state(1)["outstanding"] == K
+    assert rx.step_state(1).outstanding == K
     # the retransmission arrives: Requested -> Received, outstanding back to 0
     reply = only(rx.receive(data(FLOW, 50 * K, K, 100 * K), False, 3.0))
     assert reply.opcode == Opcode.ACK and reply.seq == 51 * K
     st = rx.step_state(1)
-    assert (st["outstanding"], st["received"]) == (0, 51 * K)
+    assert (st.outstanding, st.received) == (0, 51 * K)
 
 
 def test_draw_is_seeded_and_fresh_per_header():
@@ -167,15 +167,15 @@ def test_forgiving_charges_once_and_advances_past_the_hole():
     reply = only(rx.receive(trim(FLOW, 50 * K, K, 100 * K), True, 1.0)[-1:])
     assert (reply.opcode, reply.seq, reply.aux, reply.length) == (Opcode.ACK, 52 * K, 50 * K, K)
     assert reply.flags & Flag.ECE and reply.flags & Flag.ELIGIBLE
-    assert rx.step_state(1)["forgiven"] == K
+    assert rx.step_state(1).forgiven == K
     # Forgiven row, trimmed again: ACK, no charge
     reply = only(rx.receive(trim(FLOW, 50 * K, K, 100 * K), False, 2.0))
-    assert reply.opcode == Opcode.ACK and rx.step_state(1)["forgiven"] == K
+    assert reply.opcode == Opcode.ACK and rx.step_state(1).forgiven == K
     # Forgiven row, data arrives: payload discarded, no credit back
     reply = only(rx.receive(data(FLOW, 50 * K, K, 100 * K, fill=0x11), False, 3.0))
     assert reply.opcode == Opcode.ACK
     st = rx.step_state(1)
-    assert (st["forgiven"], st["received"]) == (K, 51 * K)
+    assert (st.forgiven, st.received) == (K, 51 * K)
     assert rx.payload(FLOW)[50 * K : 51 * K] == bytes(K)
 
 
@@ -186,8 +186,8 @@ def test_partly_received_range_counts_only_missing_bytes():
     rx.receive(data(FLOW, 1500, 500, 100 * K), False, 0.0)
     reply = only(rx.receive(trim(FLOW, 500, 2000, 100 * K), False, 1.0))
     assert (reply.opcode, reply.seq) == (Opcode.ACK, 2500)
-    assert rx.step_state(1)["forgiven"] == 500 + 500  # [1000,1500) and [2000,2500)
-    assert rx.flow_state(FLOW)["received_bytes"] == 1500
+    assert rx.step_state(1).forgiven == 500 + 500  # [1000,1500) and [2000,2500)
+    assert rx.flow_state(FLOW).received_bytes == 1500
 
 
 def test_repair_keeps_received_bytes_and_marks_only_unsettled():
@@ -201,7 +201,7 @@ def test_repair_keeps_received_bytes_and_marks_only_unsettled():
         (50 * K + 100, 50 * K + 200, "received"),
         (50 * K + 200, 51 * K, "requested"),
     ]
-    assert rx.step_state(1)["outstanding"] == K - 100
+    assert rx.step_state(1).outstanding == K - 100
 
 
 # -- The arrival table: data packet arrives ------------------------------------------
@@ -221,15 +221,15 @@ def test_received_range_arriving_again_is_acked_without_credit():
     for seq in (0, 2 * K):
         reply = only(rx.receive(data(FLOW, seq, K, 100 * K), False, 1.0))
         assert reply.opcode == Opcode.ACK
-    assert rx.step_state(1)["received"] == 2 * K
-    assert rx.stats["duplicate"] == 2
+    assert rx.step_state(1).received == 2 * K
+    assert rx.stats.duplicate == 2
 
 
 def test_flow_completes_once_and_payload_is_delivered_in_place():
     rx = receiver(expected=3 * K)
     for seq, fill_byte in ((2 * K, 3), (0, 1), (K, 2)):
         rx.receive(data(FLOW, seq, K, 3 * K, fill=fill_byte), False, 0.0)
-    assert rx.flow_state(FLOW)["complete"] and rx.take_completed() == [FLOW]
+    assert rx.flow_state(FLOW).complete and rx.take_completed() == [FLOW]
     rx.receive(data(FLOW, 0, K, 3 * K), False, 0.0)
     assert rx.take_completed() == []
     assert rx.payload(FLOW) == bytes([1]) * K + bytes([2]) * K + bytes([3]) * K
@@ -248,7 +248,7 @@ def test_flags_eligible_and_exhausted_on_every_ack_and_nack():
     for seq in range(90 * K, 100 * K, K):
         r = only(rx.receive(trim(FLOW, seq, K, 100 * K), False, 1.0))
         st = rx.step_state(1)
-        exhausted = st["forgiven"] + st["outstanding"] + K > st["budget"]
+        exhausted = st.forgiven + st.outstanding + K > st.budget
         assert bool(r.flags & Flag.EXHAUSTED) == exhausted and r.flags & Flag.ELIGIBLE
         outcomes.append((r.opcode, exhausted))
     # vesting allows all ten; the tenth leaves no room for one more packet
@@ -257,10 +257,10 @@ def test_flags_eligible_and_exhausted_on_every_ack_and_nack():
 
 def test_flow_on_a_zero_p_step_or_without_exemption_is_not_eligible():
     rx = receiver(p_high=0.0)
-    assert rx.flow_state(FLOW)["exemption_eligible"] is False
+    assert rx.flow_state(FLOW).exemption_eligible is False
     assert only(rx.receive(data(FLOW, 0, K, 2 * K), False, 0.0)).flags == 0
     rx = receiver(exemption=False)
-    assert rx.flow_state(FLOW)["exemption_eligible"] is False
+    assert rx.flow_state(FLOW).exemption_eligible is False
     fill(rx, 50 * K, 100 * K)
     reply = only(rx.receive(trim(FLOW, 50 * K, K, 100 * K), False, 1.0))
     assert reply.opcode == Opcode.ACK and reply.flags == 0  # forgiven, but never exempt
@@ -270,7 +270,7 @@ def test_flow_registered_after_its_step_closed_is_not_eligible():
     rx = receiver()
     rx.complete_step(1)
     rx.register_flow(8, step=1, gradient=True)
-    assert rx.flow_state(8)["exemption_eligible"] is False
+    assert rx.flow_state(8).exemption_eligible is False
 
 
 # -- CNPs ------------------------------------------------------------------------------
@@ -294,7 +294,7 @@ def test_cnp_at_most_once_per_flow_per_interval():
     assert all(
         r.flags & Flag.ECE for r in parse(rx.receive(data(FLOW, 9 * K, K, 100 * K), True, 1.0))[1:]
     )
-    assert rx.flow_state(FLOW)["cnps_sent"] == 4
+    assert rx.flow_state(FLOW).cnps_sent == 4
     assert [r.opcode for r in parse(rx.receive(data(FLOW, 10 * K, K, 100 * K), False, 2.0))] == [
         Opcode.ACK
     ]
@@ -306,11 +306,11 @@ def test_cnp_at_most_once_per_flow_per_interval():
 def test_unknown_flow_and_inconsistent_total_are_counted_and_dropped():
     rx = receiver()
     assert rx.receive(data(99, 0, K, 10 * K), False, 0.0) == []
-    assert rx.stats["unknown_flow"] == 1
+    assert rx.stats.unknown_flow == 1
     rx.receive(data(FLOW, 0, K, 10 * K), False, 0.0)
     assert rx.receive(data(FLOW, K, K, 11 * K), False, 0.0) == []
-    assert rx.stats["malformed"] == 1
-    assert rx.flow_state(FLOW)["rcv_nxt"] == K
+    assert rx.stats.malformed == 1
+    assert rx.flow_state(FLOW).rcv_nxt == K
 
 
 def test_oversending_sender_cannot_push_forgiven_past_the_budget():
@@ -318,11 +318,11 @@ def test_oversending_sender_cannot_push_forgiven_past_the_budget():
     rx = receiver(expected=20 * K, vesting=False)
     fill(rx, 60 * K, 100 * K)
     st = rx.step_state(1)
-    assert st["received"] == 20 * K and st["excess"] == 40 * K
+    assert st.received == 20 * K and st.excess == 40 * K
     for seq in range(60 * K, 100 * K, K):
         rx.receive(trim(FLOW, seq, K, 100 * K), False, 1.0)
     st = rx.step_state(1)
-    assert st["forgiven"] <= st["budget"] and st["received"] + st["forgiven"] <= st["expected"]
+    assert st.forgiven <= st.budget and st.received + st.forgiven <= st.expected
 
 
 def test_policy_validation():
@@ -351,7 +351,7 @@ def test_forgiven_ranges_outlive_the_scoreboard_and_match_the_zero_fill():
     rx.receive(data(FLOW, 32 * K, K, 40 * K), False, 0.0)
     for seq in range(34 * K, 40 * K, K):
         rx.receive(data(FLOW, seq, K, 40 * K), False, 0.0)
-    assert rx.flow_state(FLOW)["complete"] and rx.flow_ranges(FLOW) == []
+    assert rx.flow_state(FLOW).complete and rx.flow_ranges(FLOW) == []
     assert rx.forgiven_ranges(FLOW) == [(30 * K, 32 * K), (33 * K, 34 * K)]
     payload = rx.payload(FLOW)
     zero = [i for i in range(0, 40 * K, K) if payload[i : i + K] == bytes(K)]

@@ -92,31 +92,31 @@ class ReceiverMachine(RuleBasedStateMachine):
     def step_bounds(self):
         for step in self.steps:
             s = self.rx.step_state(step)
-            assert s["forgiven"] <= s["budget"]
-            assert s["received"] + s["forgiven"] <= s["expected"]
-            assert s["outstanding"] >= 0
+            assert s.forgiven <= s.budget
+            assert s.received + s.forgiven <= s.expected
+            assert s.outstanding >= 0
             if self.vesting:
-                p = Fraction(str(s["p"]))
+                p = Fraction(str(s.p))
                 # forgiven <= p/(1-p) * received, in exact arithmetic
-                assert s["forgiven"] * (1 - p) <= p * s["received"]
+                assert s.forgiven * (1 - p) <= p * s.received
             flows = [f for f, (fs, _, g) in self.flows.items() if fs == step and g]
-            forgiven = sum(self.rx.flow_state(f)["forgiven_bytes"] for f in flows)
-            assert s["forgiven"] == forgiven
-            outstanding = sum(self.rx.flow_state(f)["outstanding_bytes"] for f in flows)
-            assert s["outstanding"] == outstanding
+            forgiven = sum(self.rx.flow_state(f).forgiven_bytes for f in flows)
+            assert s.forgiven == forgiven
+            outstanding = sum(self.rx.flow_state(f).outstanding_bytes for f in flows)
+            assert s.outstanding == outstanding
             # bytes that arrived before the step began are not the step's
-            assert s["received"] <= sum(self.rx.flow_state(f)["received_bytes"] for f in flows)
+            assert s.received <= sum(self.rx.flow_state(f).received_bytes for f in flows)
 
     @invariant()
     def settled_bytes_never_change_state(self):
         for flow, (_, size, gradient) in self.flows.items():
             state = self.rx.flow_state(flow)
-            payload = self.rx.payload(flow) if state["total"] is not None else bytes(size)
+            payload = self.rx.payload(flow) if state.total is not None else bytes(size)
             settled_above = [
                 (s, e) for s, e, name in self.rx.flow_ranges(flow) if name != "requested"
             ]
             now_settled = {}
-            for b in range(state["rcv_nxt"]):
+            for b in range(state.rcv_nxt):
                 now_settled[b] = "R" if payload[b] else "F"
             for s, e in settled_above:
                 for b in range(s, e):
@@ -126,10 +126,10 @@ class ReceiverMachine(RuleBasedStateMachine):
                 assert now_settled.get(b) == kind, f"flow {flow} byte {b} left {kind}"
             self.settled[flow] = now_settled
             counts = list(now_settled.values())
-            assert state["received_bytes"] == counts.count("R")
-            assert state["forgiven_bytes"] == counts.count("F")
+            assert state.received_bytes == counts.count("R")
+            assert state.forgiven_bytes == counts.count("F")
             if not gradient:
-                assert state["forgiven_bytes"] == 0
+                assert state.forgiven_bytes == 0
 
 
 TestReceiverInvariants = ReceiverMachine.TestCase

@@ -6,7 +6,15 @@ import pytest
 from helpers import ack, cnp, nack
 
 from common.wire import PACKET_BYTES, TRIMMED_FRAME_LEN, Flag, Opcode, decode
-from host_agent.core import EXEMPT, OBEYING, DcqcnParams, DcqcnRate, ForgiveSender, new_rate
+from host_agent.core import (
+    EXEMPT,
+    OBEYING,
+    DcqcnParams,
+    DcqcnRate,
+    ForgiveSender,
+    SenderCounts,
+    new_rate,
+)
 
 K = PACKET_BYTES
 GBPS = 1e9
@@ -38,7 +46,7 @@ def test_segments_are_at_most_one_packet_and_carry_the_flow():
     tx.open_flow(3, len(data), now=0.0, data=data)
     pkts = drain(tx, until=1e-3)
     assert [(h.seq, h.length) for _, h, _ in pkts] == [(0, K), (K, K), (2 * K, 2048)]
-    assert tx.flow_state(3)["sent_packets"] == 3
+    assert tx.flow_state(3).sent_packets == 3
     assert all(
         h.opcode == Opcode.DATA and h.aux == len(data) and h.flow_id == 3 for _, h, _ in pkts
     )
@@ -76,8 +84,8 @@ def test_selective_repeat_resends_only_the_requested_range():
     resent = drain(tx, until=2e-4)
     assert [(h.seq, h.length, h.flags & Flag.RETX) for _, h, _ in resent] == [(K, K, Flag.RETX)]
     tx.receive(ack(1, 4 * K, K, K), 3e-4)
-    assert tx.flow_state(1)["done"] and tx.take_completed() == [1]
-    assert tx.flow_state(1)["retransmitted_bytes"] == K
+    assert tx.flow_state(1).done and tx.take_completed() == [1]
+    assert tx.flow_state(1).retransmitted_bytes == K
     assert tx.next_deadline() is None
 
 
@@ -100,9 +108,9 @@ def test_rto_resends_a_lost_packet_with_exponential_backoff():
         [0.0, 1e-3, 3e-3, 6e-3, 9e-3]
     )  # backoff 1, 2, then capped at 3 ms
     assert all(h.flags & Flag.RETX for _, h, _ in sends[1:])
-    assert tx.flow_state(1)["rtos"] == 4
+    assert tx.flow_state(1).rtos == 4
     tx.receive(ack(1, K, 0, K), 9.5e-3)
-    assert tx.flow_state(1)["done"] and tx.next_deadline() is None
+    assert tx.flow_state(1).done and tx.next_deadline() is None
 
 
 def test_an_ack_too_soon_for_the_resend_is_counted_late_and_rtts_are_kept():
@@ -116,8 +124,8 @@ def test_an_ack_too_soon_for_the_resend_is_counted_late_and_rtts_are_kept():
     drain(tx, until=1.2e-3)
     tx.receive(ack(1, 3 * K, 2 * K, K), 1.7e-3)  # a full round trip after its resend
     state = tx.flow_state(1)
-    assert state["done"] and state["late_acks"] == 1
-    assert state["rtt_max"] == pytest.approx(0.4e-3)
+    assert state.done and state.late_acks == 1
+    assert state.rtt_max == pytest.approx(0.4e-3)
 
 
 def test_acked_packet_never_times_out():
@@ -132,14 +140,14 @@ def test_acked_packet_never_times_out():
 def test_mode_follows_the_latest_report():
     tx = sender()
     tx.open_flow(1, 100 * K, now=0.0)
-    assert tx.flow_state(1)["cc_mode"] == OBEYING
+    assert tx.flow_state(1).cc_mode == OBEYING
     modes = []
     for i, flags in enumerate([ELIGIBLE, ELIGIBLE, EXHAUSTED, ELIGIBLE, Flag(0)]):
         report = ack(1, 0, i * K, K, flags) if i % 2 == 0 else nack(1, i * K, K, 0, flags)
         tx.receive(report, 1e-6 * i)
-        modes.append(tx.flow_state(1)["cc_mode"])
+        modes.append(tx.flow_state(1).cc_mode)
     assert modes == [EXEMPT, EXEMPT, OBEYING, EXEMPT, OBEYING]
-    assert tx.flow_state(1)["mode_changes"] == 4
+    assert tx.flow_state(1).mode_changes == 4
 
 
 def test_time_obeying_again_counts_only_after_the_exemption_began():
@@ -150,11 +158,11 @@ def test_time_obeying_again_counts_only_after_the_exemption_began():
     for at, flags in reports:
         tx.receive(ack(1, 0, 0, 0, flags), at)
     state = tx.flow_state(1)
-    assert (state["exempt_time"], state["obeying_again_time"]) == (2.5, 0.5)
+    assert (state.exempt_time, state.obeying_again_time) == (2.5, 0.5)
     tx.receive(ack(1, 4 * K, 0, 0, EXHAUSTED), 7.0)  # the last ACK ends the flow, obeying
     state = tx.flow_state(1)
-    assert state["done"] and state["mode_changes"] == 4
-    assert (state["exempt_time"], state["obeying_again_time"]) == (2.5, 3.5)
+    assert state.done and state.mode_changes == 4
+    assert (state.exempt_time, state.obeying_again_time) == (2.5, 3.5)
 
 
 def test_exempt_sender_ignores_cnps_and_trims_obeying_sender_cuts():
@@ -164,11 +172,11 @@ def test_exempt_sender_ignores_cnps_and_trims_obeying_sender_cuts():
     tx.receive(cnp(1), 1e-3)
     tx.receive(nack(1, K, K, 0, ELIGIBLE), 2e-3)
     state = tx.flow_state(1)
-    assert (state["rate_bps"], state["rate_cuts"], state["cnps_ignored"]) == (10 * GBPS, 0, 1)
+    assert (state.rate_bps, state.rate_cuts, state.cnps_ignored) == (10 * GBPS, 0, 1)
     tx.receive(nack(1, 2 * K, K, 0, EXHAUSTED), 3e-3)  # obeying again: the NACK cuts
-    assert tx.flow_state(1)["rate_cuts"] == 1
+    assert tx.flow_state(1).rate_cuts == 1
     tx.receive(cnp(1), 4e-3)
-    assert tx.flow_state(1)["rate_cuts"] == 2 and tx.flow_state(1)["rate_bps"] < 10 * GBPS
+    assert tx.flow_state(1).rate_cuts == 2 and tx.flow_state(1).rate_bps < 10 * GBPS
 
 
 def test_feedback_for_unknown_flows_or_malformed_changes_nothing():
@@ -178,7 +186,7 @@ def test_feedback_for_unknown_flows_or_malformed_changes_nothing():
     tx.receive(ack(9, K, 0, K), 0.0)
     tx.receive(b"\x11\x00", 0.0)
     tx.receive(ack(1, 0, 0, K)[:15], 0.0)
-    assert tx.stats == {"malformed": 2, "unknown_flow": 1}
+    assert tx.stats == SenderCounts(malformed=2, unknown_flow=1)
     assert tx.flow_state(1) == before
 
 
@@ -286,7 +294,7 @@ def test_rto_follows_the_measured_round_trip_and_ignores_retransmissions():
     tx.poll(0.0)
     tx.receive(ack(1, K, 0, K), 5e-3)  # one sample: srtt 5 ms, rttvar 2.5 ms
     state = tx.flow_state(1)
-    assert state["srtt"] == pytest.approx(5e-3) and state["rto"] == pytest.approx(15e-3)
+    assert state.srtt == pytest.approx(5e-3) and state.rto == pytest.approx(15e-3)
     later = [(t, h.seq, bool(h.flags & Flag.RETX)) for t, h, _ in drain(tx, until=40e-3)]
     # the two remaining segments left at once; unacknowledged, they time out after 15 ms
     assert [seq for t, seq, retx in later if not retx] == [K, 2 * K]
@@ -294,7 +302,7 @@ def test_rto_follows_the_measured_round_trip_and_ignores_retransmissions():
     assert first_retx == pytest.approx(later[0][0] + 15e-3, abs=1e-6)
     # an ACK for a retransmitted segment gives no sample (Karn)
     tx.receive(ack(1, 2 * K, K, K), 0.5)
-    assert tx.flow_state(1)["srtt"] == pytest.approx(5e-3)
+    assert tx.flow_state(1).srtt == pytest.approx(5e-3)
 
 
 def test_flows_to_one_peer_share_their_round_trip_estimate():
@@ -304,6 +312,6 @@ def test_flows_to_one_peer_share_their_round_trip_estimate():
     tx.receive(ack(1, K, 0, K), 20e-3)
     tx.open_flow(2, K, now=0.03, peer="10.0.0.2")
     tx.open_flow(3, K, now=0.03, peer="10.0.0.3")
-    assert tx.flow_state(2)["srtt"] == pytest.approx(20e-3)
-    assert tx.flow_state(2)["rto"] == pytest.approx(60e-3)
-    assert tx.flow_state(3)["srtt"] is None and tx.flow_state(3)["rto"] == 1e-3
+    assert tx.flow_state(2).srtt == pytest.approx(20e-3)
+    assert tx.flow_state(2).rto == pytest.approx(60e-3)
+    assert tx.flow_state(3).srtt is None and tx.flow_state(3).rto == 1e-3

@@ -33,8 +33,8 @@ def carried(tx: ForgiveSender, size: int, delay: float) -> float:
     imp = Impairments(delay=delay)
     Link(tx, rx, forward=imp, reverse=Impairments(delay=delay)).run(1.0)
     state = tx.flow_state(1)
-    assert state["done"]
-    return state["finished"] - state["opened"]
+    assert state.done
+    return state.finished - state.opened
 
 
 @pytest.mark.parametrize("packets", [4, 10, 25])
@@ -62,7 +62,7 @@ def test_the_window_shrinks_with_the_rate():
     tx = ForgiveSender(DcqcnParams(line_rate_bps=LINE), rto=1.0, rto_max=1.0, window_bytes=8 * K)
     tx.open_flow(1, 100 * K, now=0.0)
     tx.receive(cnp(1), 0.0)  # the paper profile: alpha 1, one cut to half the line rate
-    assert tx.flow_state(1)["rate_bps"] == LINE / 2
+    assert tx.flow_state(1).rate_bps == LINE / 2
     sent, now = 0, 0.0
     while now < 1e-3:
         sent += len(tx.poll(now))
@@ -92,12 +92,12 @@ def test_qp_state_carries_alpha_and_rate_from_one_message_to_the_next(profile):
         return first, tx.flow_state(2), tx.flow_state(3)
 
     first, same_qp, other_qp = run(qp_state=True)
-    assert first["rate_cuts"] == 2 and first["rate_bps"] < LINE
-    assert (same_qp["rate_bps"], same_qp["alpha"]) == (first["rate_bps"], first["alpha"])
-    assert same_qp["rate_cuts"] == 0  # the cuts were the first message's
-    assert other_qp["rate_bps"] == LINE  # another traffic class is another QP
+    assert first.rate_cuts == 2 and first.rate_bps < LINE
+    assert (same_qp.rate_bps, same_qp.alpha) == (first.rate_bps, first.alpha)
+    assert same_qp.rate_cuts == 0  # the cuts were the first message's
+    assert other_qp.rate_bps == LINE  # another traffic class is another QP
     _, fresh, _ = run(qp_state=False)
-    assert fresh["rate_bps"] == LINE and fresh["alpha"] == 1.0
+    assert fresh.rate_bps == LINE and fresh.alpha == 1.0
 
 
 def test_with_congestion_control_off_state_per_qp_sends_what_state_per_message_sends():
@@ -127,7 +127,7 @@ def test_with_congestion_control_off_state_per_qp_sends_what_state_per_message_s
         return sent, [tx.flow_state(f) for f in (2, 3)]
 
     per_qp, per_message = trace(True), trace(False)
-    assert len(per_qp[0]) > 20 and per_qp[1][1]["rate_bps"] == LINE
+    assert len(per_qp[0]) > 20 and per_qp[1][1].rate_bps == LINE
     assert per_qp == per_message
     off = RunConfig(preset("2to1"), policy="dcqcn", dcqcn="off")
     qp_fabric = with_regime(preset("2to1"), _args(dcqcn_state="qp"))

@@ -150,7 +150,7 @@ def phase_trims(jitter_frames: float, seed: int) -> list[int]:
         send(sim, src, 2, flow=10 + src, size=PHASE_PACKETS * PACKET_BYTES)
     sim.start()
     sim.run(lambda: {10, 11} <= set(recorder.done), limit_s=1.0)
-    return [sim.hosts[2].endpoint.rx.flow_state(flow)["trims"] for flow in (10, 11)]
+    return [sim.hosts[2].endpoint.rx.flow_state(flow).trims for flow in (10, 11)]
 
 
 def test_exact_timing_trims_one_of_two_equally_paced_senders_only():

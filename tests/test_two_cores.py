@@ -30,13 +30,13 @@ def test_flow_completes_with_exactly_the_forgiven_bytes_missing(seed):
     data, tx, rx, link = run(ReceiverPolicy(seed=seed), lossy, seed=seed)
     flow, step = rx.flow_state(1), rx.step_state(1)
     assert link.trimmed > 0 and link.dropped > 0
-    assert tx.flow_state(1)["done"] and flow["complete"]
-    assert flow["received_bytes"] + flow["forgiven_bytes"] == SIZE
-    assert 0 < step["forgiven"] <= step["budget"]
-    assert step["forgiven"] * (1 - Fraction("0.1")) <= Fraction("0.1") * step["received"]
-    assert step["outstanding"] == 0
+    assert tx.flow_state(1).done and flow.complete
+    assert flow.received_bytes + flow.forgiven_bytes == SIZE
+    assert 0 < step.forgiven <= step.budget
+    assert step.forgiven * (1 - Fraction("0.1")) <= Fraction("0.1") * step.received
+    assert step.outstanding == 0
     delivered = rx.payload(1)
-    assert delivered.count(0) == step["forgiven"]
+    assert delivered.count(0) == step.forgiven
     assert all(b in (a, 0) for a, b in zip(data, delivered, strict=True))
 
 
@@ -44,9 +44,9 @@ def test_non_gradient_flow_delivers_every_byte_through_the_same_link():
     lossy = Impairments(delay=5e-6, jitter=30e-6, trim=0.1, drop=0.02, ce=0.05)
     data, tx, rx, _ = run(ReceiverPolicy(), lossy, gradient=False)
     assert rx.payload(1) == data
-    assert rx.flow_state(1)["forgiven_bytes"] == 0
-    assert tx.flow_state(1)["retransmitted_bytes"] > 0
-    assert tx.flow_state(1)["cc_mode"] == "obeying"
+    assert rx.flow_state(1).forgiven_bytes == 0
+    assert tx.flow_state(1).retransmitted_bytes > 0
+    assert tx.flow_state(1).cc_mode == "obeying"
 
 
 def test_lost_feedback_is_recovered_by_timeout():
@@ -55,7 +55,7 @@ def test_lost_feedback_is_recovered_by_timeout():
         ReceiverPolicy(forgive_prob=0.0), lossy, reverse=Impairments(delay=5e-6, drop=0.2)
     )
     assert rx.payload(1) == data
-    assert tx.flow_state(1)["done"] and tx.flow_state(1)["rtos"] > 0
+    assert tx.flow_state(1).done and tx.flow_state(1).rtos > 0
 
 
 def test_exemption_keeps_the_rate_while_obeying_flow_is_cut():
@@ -63,9 +63,9 @@ def test_exemption_keeps_the_rate_while_obeying_flow_is_cut():
     _, exempt_tx, _, _ = run(ReceiverPolicy(), marks)
     _, obey_tx, _, _ = run(ReceiverPolicy(p_low=0.0, p_high=0.0), marks)
     exempt, obey = exempt_tx.flow_state(1), obey_tx.flow_state(1)
-    assert exempt["rate_cuts"] == 0 and exempt["cnps_ignored"] > 0
-    assert obey["rate_cuts"] > 0 and obey["cnps_ignored"] == 0
-    assert exempt["finished"] < obey["finished"]
+    assert exempt.rate_cuts == 0 and exempt.cnps_ignored > 0
+    assert obey.rate_cuts > 0 and obey.cnps_ignored == 0
+    assert exempt.finished < obey.finished
 
 
 def test_critical_step_forgives_far_less():
@@ -73,5 +73,5 @@ def test_critical_step_forgives_far_less():
     _, _, rx_crit, _ = run(ReceiverPolicy(), lossy, critical=True)
     _, _, rx_norm, _ = run(ReceiverPolicy(), lossy, critical=False)
     crit, norm = rx_crit.step_state(1), rx_norm.step_state(1)
-    assert crit["forgiven"] <= crit["budget"] == int(0.005 * SIZE)
-    assert norm["forgiven"] > crit["forgiven"]
+    assert crit.forgiven <= crit.budget == int(0.005 * SIZE)
+    assert norm.forgiven > crit.forgiven

@@ -346,7 +346,7 @@ class Rank:
             if isinstance(e, SendDone)
         )
         self.totals["expected"] += plan.expected_gradient_bytes
-        self.totals["forgiven"] += state["forgiven"]
+        self.totals["forgiven"] += state.forgiven
         self.totals["shed"] += shed
         self.totals["shed_sent"] += shed_sent
         self.totals["retransmitted"] += retx
@@ -354,16 +354,16 @@ class Rank:
             records.TRAIN_STEP,
             step=step,
             critical=self.critical[step],
-            p=state["p"],
+            p=state.p,
             step_time=now - self.marks["start"],
             compute_time=self.marks["allreduce"] - self.marks["start"],
             allreduce_time=self.marks["barrier"] - self.marks["allreduce"],
             barrier_time=now - self.marks["barrier"],
             grad_expected=plan.expected_gradient_bytes,
-            grad_budget=state["budget"],
+            grad_budget=state.budget,
             bound_held=self.endpoint.step_problem(step) is None,
-            grad_received=state["received"],
-            grad_forgiven=state["forgiven"],
+            grad_received=state.received,
+            grad_forgiven=state.forgiven,
             grad_shed=shed,
             grad_retransmitted=retx,
             misclassified=step in self.cfg.misclassify,

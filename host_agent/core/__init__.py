@@ -1,6 +1,7 @@
 """The FORGIVE protocol as a pure library: no sockets, no clock, no threads.
 
-Bytes and `now` go in; bytes and deadlines come out. The raw-socket agent, the
+Bytes and `now` go in; bytes and deadlines come out, and the state of a flow or
+step as frozen dataclasses (`RxFlowState`, `StepState`, `TxFlowState`). The raw-socket agent, the
 switch model's tests and any simulator drive these same objects.
 """
 
@@ -20,8 +21,21 @@ from host_agent.core.detector import (
     StaticSchedule,
 )
 from host_agent.core.nscc import CONTROLS, DEFAULT_CONTROL, NsccParams, NsccWindow
-from host_agent.core.receiver import ForgiveReceiver, ReceiverPolicy
-from host_agent.core.sender import EXEMPT, OBEYING, ForgiveSender
+from host_agent.core.receiver import (
+    ForgiveReceiver,
+    ReceiverCounts,
+    ReceiverPolicy,
+    RxFlowState,
+    StepState,
+)
+from host_agent.core.sender import (
+    EXEMPT,
+    OBEYING,
+    ForgiveSender,
+    SenderCounts,
+    TxFlowState,
+    WindowState,
+)
 
 __all__ = [
     "CONTROLS",
@@ -41,7 +55,13 @@ __all__ = [
     "NicDcqcnRate",
     "NsccParams",
     "NsccWindow",
+    "ReceiverCounts",
     "ReceiverPolicy",
+    "RxFlowState",
+    "SenderCounts",
     "StaticSchedule",
+    "StepState",
+    "TxFlowState",
+    "WindowState",
     "new_rate",
 ]

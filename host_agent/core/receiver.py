@@ -12,7 +12,6 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
 
 from common.wire import (
     FTH_LEN,
@@ -94,17 +93,32 @@ class StepEntry:
     excess: int = 0
     """Gradient bytes beyond `expected`: received, but never credited to vesting."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "p": self.p,
-            "budget": self.budget,
-            "expected": self.expected,
-            "received": self.received,
-            "forgiven": self.forgiven,
-            "outstanding": self.outstanding,
-            "open": self.open,
-            "excess": self.excess,
-        }
+    def state(self) -> StepState:
+        return StepState(
+            self.p,
+            self.budget,
+            self.expected,
+            self.received,
+            self.forgiven,
+            self.outstanding,
+            self.open,
+            self.excess,
+        )
+
+
+@dataclass(frozen=True)
+class StepState:
+    """A step's gradient accounting at one receiving rank, as `step_state` returns it (the
+    fields of the host's `step` record, in its order)."""
+
+    p: float
+    budget: int
+    expected: int
+    received: int
+    forgiven: int
+    outstanding: int
+    open: bool
+    excess: int
 
 
 @dataclass
@@ -135,22 +149,56 @@ class RxFlow:
     held_starts: list[int] = field(default_factory=list)
     """Heap of the keys of `held`."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "rcv_nxt": self.rcv_nxt,
-            "exemption_eligible": self.exemption_eligible,
-            "complete": self.complete,
-            "total": self.total,
-            "step": self.step,
-            "gradient": self.gradient,
-            "received_bytes": self.received_bytes,
-            "forgiven_bytes": self.forgiven_bytes,
-            "trims": self.trims,
-            "ce_marks": self.ce_marks,
-            "cnps_sent": self.cnps_sent,
-            "requested_bytes": sum(e - s for s, e, st in self.scoreboard if st not in SETTLED),
-            "outstanding_bytes": self.scoreboard.count(State.OUTSTANDING),
-        }
+    def state(self) -> RxFlowState:
+        return RxFlowState(
+            self.rcv_nxt,
+            self.exemption_eligible,
+            self.complete,
+            self.total,
+            self.step,
+            self.gradient,
+            self.received_bytes,
+            self.forgiven_bytes,
+            self.trims,
+            self.ce_marks,
+            self.cnps_sent,
+            sum(e - s for s, e, st in self.scoreboard if st not in SETTLED),
+            self.scoreboard.count(State.OUTSTANDING),
+        )
+
+
+@dataclass(frozen=True)
+class RxFlowState:
+    """A received flow as `flow_state` returns it."""
+
+    rcv_nxt: int
+    exemption_eligible: bool
+    complete: bool
+    total: int | None
+    step: int | None
+    gradient: bool
+    received_bytes: int
+    forgiven_bytes: int
+    trims: int
+    ce_marks: int
+    cnps_sent: int
+    requested_bytes: int
+    """Bytes of the scoreboard not yet settled (neither received nor forgiven)."""
+    outstanding_bytes: int
+    """Of those, the ones counted in their step's `outstanding`."""
+
+
+@dataclass(frozen=True)
+class ReceiverCounts:
+    """The receiver's packet counters, as `stats` returns them: every rejection but an
+    unknown flow's counts as malformed."""
+
+    malformed: int
+    unknown_flow: int
+    data: int
+    trimmed: int
+    duplicate: int
+    finished: int
 
 
 class ForgiveReceiver:
@@ -181,11 +229,18 @@ class ForgiveReceiver:
         self.rejected: Counter[str] = Counter()
 
     @property
-    def stats(self) -> dict[str, int]:
-        """Packet counters: every rejection but an unknown flow's counts as malformed."""
+    def stats(self) -> ReceiverCounts:
         rejected = self.rejected
         unknown = rejected["unknown_flow"]
-        return {"malformed": rejected.total() - unknown, "unknown_flow": unknown, **self._counts}
+        counts = self._counts
+        return ReceiverCounts(
+            rejected.total() - unknown,
+            unknown,
+            counts["data"],
+            counts["trimmed"],
+            counts["duplicate"],
+            counts["finished"],
+        )
 
     # -- the host-local facts -------------------------------------------------
 
@@ -258,13 +313,13 @@ class ForgiveReceiver:
 
     # -- inspection -----------------------------------------------------------
 
-    def step_state(self, step: int) -> dict[str, Any] | None:
+    def step_state(self, step: int) -> StepState | None:
         entry = self._steps.get(step)
-        return None if entry is None else entry.as_dict()
+        return None if entry is None else entry.state()
 
-    def flow_state(self, flow_id: int) -> dict[str, Any] | None:
+    def flow_state(self, flow_id: int) -> RxFlowState | None:
         flow = self._flows.get(flow_id)
-        return None if flow is None else flow.as_dict()
+        return None if flow is None else flow.state()
 
     def flow_ranges(self, flow_id: int) -> list[tuple[int, int, str]]:
         """The scoreboard above rcv_nxt, with both Requested kinds shown as 'requested'."""

@@ -16,7 +16,6 @@ import math
 from collections import Counter, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
 
 from common.wire import (
     FTH_LEN,
@@ -145,47 +144,96 @@ class TxFlow:
         waiting = sum(hi - lo for lo, hi in self.retx)
         return max(0, self.next_new - self.acked_bytes - waiting)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "cc_mode": self.cc_mode,
-            "rate_bps": self.rate.current,
-            "alpha": self.rate.alpha,
-            "size": self.size,
-            "acked_bytes": self.acked_bytes,
-            "sent_bytes": self.sent_bytes,
-            "sent_packets": self.sent_packets,
-            "retransmitted_bytes": self.retransmitted_bytes,
-            "done": self.done,
-            "failed": self.failed,
-            "cnps": self.cnps,
-            "cnps_ignored": self.cnps_ignored,
-            "nacks": self.nacks,
-            "rtos": self.rtos,
-            "srtt": self.path.srtt,
-            "rtt_max": self.rtt_max,
-            "late_acks": self.late_acks,
-            "rto": self.rto,
-            "rate_cuts": self.rate.cuts_due - self.cuts_at_open,
-            "mark_cuts": self.rate.mark_cuts_due - self.mark_cuts_at_open,
-            "mode_changes": self.mode_changes,
-            "exempt_time": self.exempt_time,
-            "obeying_again_time": self.obeying_again_time,
-            "opened": self.opened,
-            "finished": self.finished,
-            "window": self.window_state(),
-        }
+    def state(self) -> TxFlowState:
+        rate = self.rate
+        return TxFlowState(
+            self.cc_mode,
+            rate.current,
+            rate.alpha,
+            self.size,
+            self.acked_bytes,
+            self.sent_bytes,
+            self.sent_packets,
+            self.retransmitted_bytes,
+            self.done,
+            self.failed,
+            self.cnps,
+            self.cnps_ignored,
+            self.nacks,
+            self.rtos,
+            self.path.srtt,
+            self.rtt_max,
+            self.late_acks,
+            self.rto,
+            rate.cuts_due - self.cuts_at_open,
+            rate.mark_cuts_due - self.mark_cuts_at_open,
+            self.mode_changes,
+            self.exempt_time,
+            self.obeying_again_time,
+            self.opened,
+            self.finished,
+            self.window_state(),
+        )
 
-    def window_state(self) -> dict[str, float] | None:
+    def window_state(self) -> WindowState | None:
         """NSCC's window, base round trip and smoothed queueing delay; None under DCQCN."""
         rate = self.rate
         if not isinstance(rate, NsccWindow):
             return None
-        return {
-            "window_bytes": rate.window,
-            "max_window_bytes": rate.max_window,
-            "base_rtt": rate.base_rtt,
-            "avg_delay": rate.avg_delay,
-        }
+        return WindowState(rate.window, rate.max_window, rate.base_rtt, rate.avg_delay)
+
+
+@dataclass(frozen=True)
+class WindowState:
+    """NSCC's window of a flow (TxFlowState.window)."""
+
+    window_bytes: float
+    max_window_bytes: float
+    base_rtt: float
+    avg_delay: float
+
+
+@dataclass(frozen=True)
+class TxFlowState:
+    """A sent flow as `flow_state` returns it."""
+
+    cc_mode: str
+    rate_bps: float
+    alpha: float
+    size: int
+    acked_bytes: int
+    sent_bytes: int
+    sent_packets: int
+    retransmitted_bytes: int
+    done: bool
+    failed: bool
+    cnps: int
+    cnps_ignored: int
+    nacks: int
+    rtos: int
+    srtt: float | None
+    rtt_max: float
+    late_acks: int
+    rto: float
+    rate_cuts: int
+    """Rate cuts due since the flow opened (its reaction point's, which a QP may share)."""
+    mark_cuts: int
+    """Of those, the ones that answered a mark."""
+    mode_changes: int
+    exempt_time: float
+    obeying_again_time: float
+    opened: float
+    finished: float | None
+    window: WindowState | None
+
+
+@dataclass(frozen=True)
+class SenderCounts:
+    """The sender's packet counters, as `stats` returns them: every rejection counts as
+    malformed but an unknown or failed flow's."""
+
+    malformed: int
+    unknown_flow: int
 
 
 class ForgiveSender:
@@ -246,14 +294,10 @@ class ForgiveSender:
         self.rejected: Counter[str] = Counter()
 
     @property
-    def stats(self) -> dict[str, int]:
-        """Every rejection counts as malformed but an unknown or failed flow's."""
+    def stats(self) -> SenderCounts:
         rejected = self.rejected
         unknown = rejected["unknown_flow"]
-        return {
-            "malformed": rejected.total() - unknown - rejected["failed_flow"],
-            "unknown_flow": unknown,
-        }
+        return SenderCounts(rejected.total() - unknown - rejected["failed_flow"], unknown)
 
     # -- flows ---------------------------------------------------------------
 
@@ -311,9 +355,9 @@ class ForgiveSender:
     def close_flow(self, flow_id: int) -> None:
         self._flows.pop(flow_id, None)
 
-    def flow_state(self, flow_id: int) -> dict[str, Any] | None:
+    def flow_state(self, flow_id: int) -> TxFlowState | None:
         flow = self._flows.get(flow_id)
-        return None if flow is None else flow.as_dict()
+        return None if flow is None else flow.state()
 
     def take_completed(self) -> list[int]:
         done, self._completed = self._completed, []
