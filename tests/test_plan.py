@@ -6,14 +6,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.wire import PACKET_BYTES
 from workload.plan import (
+    CONTENT_POOL_BYTES,
     Kind,
+    Message,
     TrainingConfig,
     chunk_bounds,
     chunk_owner,
     flow_id,
     gradient_messages,
     kind_of,
+    message_bytes,
     plan_step,
     ring_chunk,
     synthetic_norms,
@@ -137,3 +141,18 @@ def test_tensor_parallel_groups_all_to_all_within_themselves():
     assert len(set(flows)) == len(flows)
     pair = TrainingConfig(ranks=cfg.ranks, rank=0)
     assert next((m.src, m.dst) for m in compute_messages(pair, 1, 5)) == (5, 4)
+
+
+def test_message_content_is_the_seeds_own_and_no_packet_repeats_another():
+    cfg = config(2, seed=3)
+    msg = Message(flow_id(1, Kind.GRADIENT, 0, 0), 0, 1, 3 * CONTENT_POOL_BYTES + 5, Kind.GRADIENT)
+    content = message_bytes(cfg, msg)
+    assert len(content) == msg.size and content == message_bytes(cfg, msg)
+    # Past the pool's end it wraps around, yet no packet of the message (each PACKET_BYTES
+    # long) carries the bytes of another, so a packet put at the wrong offset shows.
+    packets = [content[lo : lo + PACKET_BYTES] for lo in range(0, msg.size, PACKET_BYTES)]
+    assert len(set(packets)) == len(packets)
+    other = Message(flow_id(1, Kind.GRADIENT, 1, 0), 1, 0, 64, Kind.GRADIENT)
+    assert message_bytes(cfg, other) != content[:64]
+    assert message_bytes(config(2, seed=4), msg)[:64] != content[:64]
+    assert message_bytes(cfg, Message(msg.flow, 0, 1, 0, Kind.GRADIENT)) == b""

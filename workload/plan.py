@@ -7,6 +7,7 @@ that is how a receiver registers a flow before its first byte arrives.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from dataclasses import asdict, dataclass, field, fields
@@ -341,9 +342,34 @@ def plan_step(cfg: TrainingConfig, step: int) -> StepPlan:
     )
 
 
+CONTENT_POOL_BYTES = (4 << 20) + 15
+"""Length of the random pool every message's content is cut from: a prime, so a packet
+moved within a message by a whole number of packets lands on other bytes."""
+_SPREAD = 2654435761
+"""Knuth's multiplier: spreads the structured flow ids over the pool."""
+
+
+@functools.lru_cache(maxsize=4)
+def _content_pool(seed: int) -> bytes:
+    return random.Random(f"content pool {seed}").randbytes(CONTENT_POOL_BYTES)
+
+
 def message_bytes(cfg: TrainingConfig, msg: Message) -> bytes:
-    """The content of a message: deterministic, so the receiver can check every byte."""
-    return random.Random(f"{cfg.seed}:{msg.flow}").randbytes(msg.size)
+    """The content of a message: deterministic, so the receiver can check every byte.
+
+    It is the run's random pool read from a place the flow id picks, wrapping around:
+    a copy, not a fresh draw, since every message's content is made twice (by its
+    sender and by its receiver, which checks it) and drawing it was 6 % of a simulation.
+    Two flows whose places fall close together share most of their bytes, which a
+    packet delivered to the wrong flow could hide; the flow id, not the bytes, is what
+    places a packet in its flow."""
+    pool = _content_pool(cfg.seed)
+    start = msg.flow * _SPREAD % CONTENT_POOL_BYTES
+    head = pool[start : start + msg.size]
+    if len(head) == msg.size:
+        return head
+    whole, rest = divmod(msg.size - len(head), CONTENT_POOL_BYTES)
+    return b"".join([head, *[pool] * whole, pool[:rest]])
 
 
 def synthetic_norms(cfg: TrainingConfig) -> list[float]:
