@@ -58,10 +58,15 @@ Token = tuple[str, int]
 """Something a rank waits for: ("recv", flow), ("send", flow) or ("compute", step)."""
 
 
-@dataclass
+@dataclass(eq=False)
 class _Wait:
+    order: int
+    """When it was made: ready waits run in this order."""
     needs: set[Token]
     then: Callable[[float], None]
+    missing: int = 0
+    """How many of `needs` are not settled."""
+    done: bool = False
 
 
 def make_detector(cfg: TrainingConfig) -> CriticalRegimeDetector:
@@ -118,7 +123,13 @@ class Rank:
         self.received: dict[int, RecvDone | Shed] = {}
         self.sent: dict[int, SendDone | Shed] = {}
         self.settled: set[Token] = set()
-        self.waits: list[_Wait] = []
+        self.waits: dict[int, _Wait] = {}
+        """Waits not yet run, by `order`."""
+        self._waiting: dict[Token, dict[int, _Wait]] = {}
+        """Per token, the waits not yet run that need it (settled or not)."""
+        self._ready: dict[int, _Wait] = {}
+        """Waits not yet run whose needs are all settled."""
+        self._wait_order = itertools.count()
         self.critical: dict[int, bool] = {}
         self.marks: dict[str, float] = {}
         self.totals: Counter = Counter()
@@ -209,21 +220,56 @@ class Rank:
         self.out.write(json.dumps(record) + "\n")
         self.out.flush()
 
+    # Each wait counts its needs not yet settled and is indexed by every token it needs, so
+    # settling a token touches only the waits that need it: a rank of the 64-rank ring
+    # keeps 126 waits at once, which every settle used to scan whole.
+
     def _when(self, needs: Iterable[Token], then: Callable[[float], None], now: float) -> None:
-        self.waits.append(_Wait(set(needs), then))
+        w = _Wait(next(self._wait_order), set(needs), then)
+        for token in w.needs:
+            self._waiting.setdefault(token, {})[w.order] = w
+            if token not in self.settled:
+                w.missing += 1
+        self.waits[w.order] = w
+        if not w.missing:
+            self._ready[w.order] = w
         self._fire_waits(now)
 
     def _settle(self, token: Token, now: float) -> None:
-        self.settled.add(token)
+        if token not in self.settled:
+            self.settled.add(token)
+            for w in self._waiting.get(token, {}).values():
+                w.missing -= 1
+                if not w.missing:
+                    self._ready[w.order] = w
         self._fire_waits(now)
 
+    def _unsettle(self, tokens: Iterable[Token]) -> None:
+        """Forget settled tokens: a wait that needs one is no longer ready."""
+        for token in tokens:
+            if token in self.settled:
+                self.settled.discard(token)
+                for w in self._waiting.get(token, {}).values():
+                    if not w.missing:
+                        self._ready.pop(w.order, None)
+                    w.missing += 1
+
     def _fire_waits(self, now: float) -> None:
-        while not self.finished:
-            ready = [w for w in self.waits if w.needs <= self.settled]
-            if not ready:
-                return
+        """Run every wait whose needs are settled, in the order they were made; those that
+        become ready meanwhile (a wait's action settles a token) run after them."""
+        while not self.finished and self._ready:
+            ready = [self._ready[order] for order in sorted(self._ready)]
             for w in ready:
-                self.waits.remove(w)
+                if w.done:
+                    continue  # run already by an earlier wait's action
+                w.done = True
+                self._ready.pop(w.order, None)
+                del self.waits[w.order]
+                for token in w.needs:
+                    waiting = self._waiting[token]
+                    del waiting[w.order]
+                    if not waiting:
+                        del self._waiting[token]
                 w.then(now)
 
     def _send(self, msg: Message, step: int, now: float) -> None:
@@ -406,8 +452,8 @@ class Rank:
                 self.messages.pop(msg.flow, None)
                 self.received.pop(msg.flow, None)
                 self.sent.pop(msg.flow, None)
-                self.settled.difference_update({("recv", msg.flow), ("send", msg.flow)})
-        self.settled.difference_update({("compute", step), ("compute-done", step)})
+                self._unsettle((("recv", msg.flow), ("send", msg.flow)))
+        self._unsettle((("compute", step), ("compute-done", step)))
         self.critical.pop(step, None)
         self.forgotten_below = step + 1
 
