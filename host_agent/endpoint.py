@@ -59,7 +59,7 @@ from host_agent.events import (
     Shed,
     record,
 )
-from host_agent.policies import DEFAULT_POLICY, Policy, is_shed, parse_policy
+from host_agent.policies import DEFAULT_POLICY, POLICY_NAMES, Policy, is_shed, parse_policy
 from host_agent.stats import (
     StatsLog,
     bound_violation,
@@ -95,42 +95,90 @@ TRIM_FIELDS = ("trimmed_bytes", "gradient_trimmed_bytes", "forgiven_bytes")
 """What `Endpoint.trim_profile` counts per part of a step, in this order."""
 
 
+def _about(text: str, flag: str | None = None) -> dict[str, str]:
+    """A setting's field metadata: the help of its command-line flag (`forgive-agent`,
+    `forgive-train`, generated from these fields with each field's default), and the flag's
+    name where it is not the field's."""
+    return {"help": text} if flag is None else {"help": text, "flag": flag}
+
+
 @dataclass(frozen=True)
 class EndpointConfig:
-    policy: Policy = field(default_factory=lambda: parse_policy(DEFAULT_POLICY))
-    seed: int = 0
-    line_rate_bps: float = 10e9
-    rto: float = 0.01
+    """The endpoint's settings. `to_dict` / `from_dict` are its JSON form (a run plan's
+    host entry); the agents' command lines have one flag per field (commands.agent)."""
+
+    policy: Policy = field(
+        default_factory=lambda: parse_policy(DEFAULT_POLICY),
+        metadata=_about(f"one of {', '.join(POLICY_NAMES)}"),
+    )
+    seed: int = field(default=0, metadata=_about("shared seed of every random draw"))
+    line_rate_bps: float = field(
+        default=10e9, metadata=_about("DCQCN line rate in bit/s", "--line-rate")
+    )
+    rto: float = field(default=0.01, metadata=_about("initial retransmission timeout, s"))
     """Initial retransmission timeout. Not one RTT (tens of microseconds on a veth) but a few
     scheduler time slices: a Python receiver sharing a busy core can pause that long, and a
     shorter timeout then resends data that was only waiting. Trims never wait for it."""
-    rto_max: float = 0.2
-    max_timeouts: int = MAX_TIMEOUTS
+    rto_max: float = field(default=0.2, metadata=_about("largest backed-off RTO, s"))
+    max_timeouts: int = field(
+        default=MAX_TIMEOUTS,
+        metadata=_about("timeouts in a row without progress before a flow fails"),
+    )
     """Timeouts in a row without progress after which a flow fails (FlowFailed)."""
-    time_scale: float = 1.0
+    time_scale: float = field(
+        default=1.0,
+        metadata=_about("emulation slowdown against the modelled fabric; stretches DCQCN's timers"),
+    )
     """How many times slower than the fabric it stands for the emulation runs (DCQCN's
     periods, the receiver's CNP interval and the ACK hold time stretch by it)."""
-    keep_payload: bool = True
+    keep_payload: bool = field(
+        default=True,
+        metadata=_about(
+            "keep no received bytes (flows cannot be delivered; saves memory and copies)",
+            "--no-payload",
+        ),
+    )
     """False: the receiver keeps no flow bytes (no `deliver`), for runs that only time flows."""
-    ack_every: int | None = None
+    ack_every: int | None = field(
+        default=None,
+        metadata=_about("ACKs coalesced per flow (default: the congestion control's own)"),
+    )
     """ACKs coalesced per flow; None: the congestion control's own (ACK_EVERY under DCQCN,
     NSCC_ACK_EVERY under NSCC, whose window moves with every ACK)."""
-    trim_locations: Mapping[int, str] = field(default_factory=dict)
+    trim_locations: Mapping[int, str] = field(
+        default_factory=dict,
+        metadata=_about(
+            "trimmed headers arriving with DSCP were trimmed at LOCATION (host: the last hop,"
+            " fabric: inside it), as the switches' asymmetric trim DSCP sets (repeatable)",
+            "--trim-dscp",
+        ),
+    )
     """DSCP -> where a trimmed header with that DSCP was trimmed ("host": on the last hop,
     "fabric": inside the fabric), as the switches' asymmetric trim DSCP says. Every
     trimmed header received is counted under its location (`rx_trims_<location>`, and
     `rx_trims_unlocated` for a DSCP not listed); empty: trims are not located."""
-    dcqcn: str = DEFAULT_PROFILE
+    dcqcn: str = field(
+        default=DEFAULT_PROFILE,
+        metadata=_about(f"DCQCN profile (docs/dcqcn.md): {' or '.join(PROFILES)}"),
+    )
     """The DCQCN profile (host_agent.core.dcqcn.PROFILES) of the sender and the notification point."""
-    cc: str = DEFAULT_CONTROL
+    cc: str = field(
+        default=DEFAULT_CONTROL,
+        metadata=_about(f"congestion control (docs/nscc.md): {' or '.join(CONTROLS)}"),
+    )
     """The sender's congestion control (host_agent.core.CONTROLS): DCQCN's rate, or NSCC's
     window (docs/nscc.md). The receiver's notification point is DCQCN's either way; NSCC
     reads the ECN echo on ACKs and leaves the CNPs unanswered."""
-    window_bytes: float = 0.0
+    window_bytes: float = field(
+        default=0.0, metadata=_about("sender window per flow at the line rate, bytes; 0: none")
+    )
     """The sender's window per flow at the line rate, bytes (0: none; ForgiveSender)."""
-    qp_state: bool = False
+    qp_state: bool = field(
+        default=False,
+        metadata=_about("keep DCQCN's state per peer and traffic class across messages"),
+    )
     """Keep DCQCN's state per peer and traffic class across messages, as a NIC's QP does."""
-    payload_bytes: int = PACKET_BYTES
+    payload_bytes: int = field(default=PACKET_BYTES, metadata=_about("DATA bytes per packet"))
     """The most DATA bytes per packet."""
 
     def validate(self) -> None:

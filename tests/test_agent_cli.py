@@ -1,10 +1,15 @@
 """The agent's and the workload's command lines: every bad setting is one line, before any socket."""
 
+import argparse
 import os
 import subprocess
 import sys
+from dataclasses import fields
 
 import pytest
+
+from commands.agent import agent_arguments, config_from
+from host_agent.endpoint import EndpointConfig
 
 
 @pytest.mark.parametrize(
@@ -41,3 +46,27 @@ def test_bad_configuration_is_one_line_before_anything_starts(program, bad, mess
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
     assert not (tmp_path / "s").exists()
+
+
+def test_every_endpoint_setting_has_a_flag_with_the_fields_default():
+    """commands.agent makes one flag per EndpointConfig field: none given is the default
+    configuration, and each given changes its own field."""
+    parser = argparse.ArgumentParser()
+    agent_arguments(parser)
+    default = EndpointConfig()
+    assert config_from(parser.parse_args(["--iface", "lo"])).host.endpoint == default
+    given = ["--policy", "dcqcn", "--seed", "3", "--line-rate", "1e9", "--rto", "0.02"]
+    given += ["--rto-max", "0.4", "--max-timeouts", "4", "--time-scale", "2", "--no-payload"]
+    given += ["--ack-every", "2", "--trim-dscp", "host=3", "--dcqcn", "nic", "--cc", "nscc"]
+    given += ["--window-bytes", "9000", "--qp-state", "--payload-bytes", "1000"]
+    got = config_from(parser.parse_args(["--iface", "lo", *given])).host.endpoint
+    assert got == EndpointConfig.from_dict(
+        {"policy": "dcqcn", "seed": 3, "line_rate_bps": 1e9, "rto": 0.02, "rto_max": 0.4,
+         "max_timeouts": 4, "time_scale": 2.0, "keep_payload": False, "ack_every": 2,
+         "trim_locations": {"3": "host"}, "dcqcn": "nic", "cc": "nscc", "window_bytes": 9000.0,
+         "qp_state": True, "payload_bytes": 1000}
+    )  # fmt: skip
+    same = [
+        f.name for f in fields(EndpointConfig) if getattr(got, f.name) == getattr(default, f.name)
+    ]
+    assert same == [], "every field has a flag of its own"
