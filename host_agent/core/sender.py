@@ -538,14 +538,20 @@ class ForgiveSender:
 
     def _fail(self, flow: TxFlow, now: float) -> None:
         """Give up: the receiver has acknowledged nothing through `max_timeouts` timeouts."""
-        flow.failed = flow.stopped = True
+        flow.failed = True
+        self._stop(flow, now)
+        flow.scheduled = False
+        self._failed.append(flow.flow_id)
+
+    def _stop(self, flow: TxFlow, now: float) -> None:
+        """The flow is done or has failed: nothing more is sent or resent, no timer runs for
+        it, and its exemption clock stops."""
+        flow.stopped = True
         flow.finished = now
         self._end_exemption_clock(flow, now)
         flow.retx.clear()
         flow.inflight.clear()
         flow.sent_order.clear()
-        flow.scheduled = False
-        self._failed.append(flow.flow_id)
 
     @staticmethod
     def _end_exemption_clock(flow: TxFlow, now: float) -> None:
@@ -629,12 +635,8 @@ class ForgiveSender:
             flow.timeouts_in_a_row = 0
             flow.round_ends = 0.0
             if flow.acked.una >= flow.size and not flow.done:
-                flow.done = flow.stopped = True
-                flow.finished = now
-                self._end_exemption_clock(flow, now)
-                flow.inflight.clear()
-                flow.sent_order.clear()
-                flow.retx.clear()
+                flow.done = True
+                self._stop(flow, now)
                 self._completed.append(flow.flow_id)
         return fresh
 
