@@ -32,7 +32,8 @@ from statistics import median
 
 from controller import DEVICE_CONFIG, P4INFO
 from ptf_tests.harness import AUX_PORT, GRPC_PORT, namespace
-from ptf_tests.targets import Bmv2Target, Endpoint, bmv2_cli, wait_for_listen
+from ptf_tests.target import wait_for_listen
+from ptf_tests.targets import Bmv2Target, Endpoint, bmv2_cli
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_P4 = HERE / "minimal_forward.p4"

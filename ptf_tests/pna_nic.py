@@ -9,30 +9,23 @@ not the switch suite.
 
 from __future__ import annotations
 
-import subprocess
-import time
 from pathlib import Path
 from typing import ClassVar
 
 from controller import nic
-from ptf_tests.target import PtfTarget, wait_for_listen
-from topologies.processes import stop_process
+from ptf_tests.target import OneProcess, PtfTarget
 
 NETWORK_PORT = 1
 HOST_PORT = 2
 
 
-class PnaNicTarget(PtfTarget):
+class PnaNicTarget(OneProcess, PtfTarget):
     """BMv2 pna_nic running forgive_nic.p4 from the start."""
 
     name = "pna_nic"
     arch = "pna"
     ptf_specs: ClassVar[tuple[str, ...]] = ("forgive_nic",)
     BINARY = "pna_nic"
-
-    def __init__(self, endpoint) -> None:
-        super().__init__(endpoint)
-        self._proc: subprocess.Popen | None = None
 
     @classmethod
     def pipeline(cls) -> tuple[Path, Path]:
@@ -49,10 +42,4 @@ class PnaNicTarget(PtfTarget):
             cmd += ["-i", f"{port}@{ifname}"]
         cmd += ["--thrift-port", str(ep.aux_port), "--log-level", "debug"]
         cmd += ["--log-file", str(ep.log_dir / "pna_nic"), "--log-flush", str(nic.NIC_JSON)]
-        with open(ep.log_dir / "pna_nic.stdout", "wb") as out:
-            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        wait_for_listen(ep.netns, ep.aux_port, time.monotonic() + timeout, self._proc)
-
-    def stop(self) -> None:
-        stop_process(self._proc)
-        self._proc = None
+        self._launch(cmd, "pna_nic.stdout", (ep.aux_port,), timeout)

@@ -1,5 +1,6 @@
 """The interface every PTF target implements: where it runs (`Endpoint`), what it does
-(`PtfTarget`, `SwitchTarget`) and how its start is awaited (`wait_for_listen`).
+(`PtfTarget`, `SwitchTarget`), how a one-process target starts and stops (`OneProcess`)
+and how its start is awaited (`wait_for_listen`).
 
 The targets themselves are in ptf_tests/targets.py (the switch model and BMv2),
 ptf_tests/tofino_model.py and ptf_tests/pna_nic.py; targets.py names them all in
@@ -17,6 +18,7 @@ from typing import ClassVar
 
 from controller import DEVICE_CONFIG, P4INFO
 from switch_model.port import PRIO_LOW
+from topologies.processes import stop_process
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,28 @@ class SwitchTarget(PtfTarget):
     @abstractmethod
     def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:
         """Drain one priority queue of `port` at `pps` packets per second (0: unlimited)."""
+
+
+class OneProcess:
+    """A target that is one process in the endpoint's namespace: `_launch` starts it,
+    `stop` ends it. Mixed in before PtfTarget (`class T(OneProcess, SwitchTarget)`)."""
+
+    endpoint: Endpoint
+    _proc: subprocess.Popen | None = None
+
+    def _launch(self, cmd: list[str], log: str, ports: tuple[int, ...], timeout: float) -> None:
+        """Start `cmd`, its output in `log` in the endpoint's log folder, and wait until it
+        listens on every one of `ports` (a failed start leaves it for `stop`)."""
+        ep = self.endpoint
+        with open(ep.log_dir / log, "wb") as out:
+            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        for port in ports:
+            wait_for_listen(ep.netns, port, deadline, self._proc)
+
+    def stop(self) -> None:
+        stop_process(self._proc)
+        self._proc = None
 
 
 def wait_for_listen(netns: str, port: int, deadline: float, proc: subprocess.Popen) -> None:

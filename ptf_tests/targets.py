@@ -13,16 +13,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 
 from ptf_tests.pna_nic import PnaNicTarget
-from ptf_tests.target import Endpoint, PtfTarget, SwitchTarget, wait_for_listen
+from ptf_tests.target import Endpoint, OneProcess, PtfTarget, SwitchTarget
 from ptf_tests.tofino_model import TofinoModelTarget
 from switch_model.port import PRIO_LOW
-from topologies.processes import stop_process
 
 
-class Bmv2Target(SwitchTarget):
+class Bmv2Target(OneProcess, SwitchTarget):
     """BMv2 simple_switch_grpc with two strict-priority queues per port."""
 
     name = "bmv2"
@@ -38,7 +36,6 @@ class Bmv2Target(SwitchTarget):
         super().__init__(endpoint)
         self.log_level = log_level
         self.binary = binary
-        self._proc: subprocess.Popen | None = None
 
     @classmethod
     def missing(cls) -> str | None:
@@ -63,16 +60,8 @@ class Bmv2Target(SwitchTarget):
             "--priority-queues",
             "2",
         ]
-        with open(ep.log_dir / "bmv2.stdout", "wb") as out:
-            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        wait_for_listen(ep.netns, ep.grpc_port, deadline, self._proc)
-        wait_for_listen(ep.netns, ep.aux_port, deadline, self._proc)
+        self._launch(cmd, "bmv2.stdout", (ep.grpc_port, ep.aux_port), timeout)
         bmv2_cli(ep, f"set_queue_depth {self.QUEUE_DEPTH_PKTS}")
-
-    def stop(self) -> None:
-        stop_process(self._proc)
-        self._proc = None
 
     def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:
         bmv2_cli(self.endpoint, f"set_queue_rate {pps} {port} {priority}")
@@ -95,7 +84,7 @@ def bmv2_cli(ep: Endpoint, command: str) -> None:
         raise RuntimeError(f"{Bmv2Target.CLI} {command!r} failed: {res.stdout}{res.stderr}".strip())
 
 
-class ModelTarget(SwitchTarget):
+class ModelTarget(OneProcess, SwitchTarget):
     """The Python switch model (`forgive-switch`): same P4Runtime, queue rates on its socket.
 
     The control socket's path follows from the endpoint alone, so a target
@@ -104,10 +93,6 @@ class ModelTarget(SwitchTarget):
     """
 
     name = "model"
-
-    def __init__(self, endpoint: Endpoint) -> None:
-        super().__init__(endpoint)
-        self._proc: subprocess.Popen | None = None
 
     @property
     def control_path(self) -> str:
@@ -125,13 +110,7 @@ class ModelTarget(SwitchTarget):
         cmd += ["--control", self.control_path]
         for port, ifname in sorted(ep.ports.items()):
             cmd += ["-i", f"{port}={ifname}"]
-        with open(ep.log_dir / "model.log", "wb") as out:
-            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        wait_for_listen(ep.netns, ep.grpc_port, time.monotonic() + timeout, self._proc)
-
-    def stop(self) -> None:
-        stop_process(self._proc)
-        self._proc = None
+        self._launch(cmd, "model.log", (ep.grpc_port,), timeout)
 
     def set_queue_rate(self, port: int, pps: int, priority: int = PRIO_LOW) -> None:
         from switch_model import control
