@@ -174,8 +174,10 @@ class Arrival:
     dscp: int
     ce: bool
     sport: int
-    fth: memoryview
-    """The FTH and its payload, cut to the length IPv4 and UDP declare (Ethernet padding dropped)."""
+    fth: bytes | memoryview
+    """The FTH and its payload, cut to the length IPv4 and UDP declare (Ethernet padding dropped):
+    a view of the frame (typed wider than that because mypyc's dataclasses cannot name
+    memoryview alone)."""
 
 
 _RX_HEADERS = struct.Struct("!6x6sH BBHHHBBH4s4s HHH2x")

@@ -38,12 +38,15 @@ COMPILED = (
     "host_agent.host",
     "switch_model.port",
     "switch_model.pipeline",
+    "common.frames",
+    "switch_model.crc16",
+    "switch_model.counters",
 )
-"""The modules mypyc compiles: the ones the simulator's profile puts each frame through.
-Left out: host_agent.core.dcqcn and nscc (their parameter classes fill `float = None` fields
-after construction, which a compiled class cannot hold), common.frames (mypyc cannot
-build its dataclass with a memoryview field), and the engines' drivers, which mostly call
-SimPy and sockets."""
+"""The modules mypyc compiles: the ones the simulator's profile puts each frame through (the
+outer headers, the ECMP hash and the port counters too: an interpreted callee of compiled
+code costs it more than the interpreter would). Left out: host_agent.core.dcqcn and nscc
+(their parameter classes fill `float = None` fields after construction, which a compiled
+class cannot hold), and the engines' drivers, which mostly call SimPy and sockets."""
 PURE_ENV = "FORGIVE_PURE"
 """Set to 1 to run every module as plain Python although a current build exists."""
 GROUP = "forgive_native"

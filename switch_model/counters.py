@@ -8,6 +8,7 @@ only writer and a read of one slot needs no lock.
 from __future__ import annotations
 
 from dataclasses import fields
+from typing import ClassVar
 
 from switch_model.surface import PortCounters
 
@@ -29,7 +30,7 @@ class CounterArrays:
         self.trim_drops = [0] * size
         self.drops = [0] * size
 
-    FIELDS = tuple(f.name for f in fields(PortCounters))
+    FIELDS: ClassVar[tuple[str, ...]] = tuple(f.name for f in fields(PortCounters))
     """Every array: each is named as the PortCounters field it fills."""
 
     def clear(self) -> None:
