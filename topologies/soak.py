@@ -6,17 +6,23 @@ The run goes as any other (`forgive run` in a process of its own, switch model b
 beside it this samples, four times a second, every process under it: the `forgive run`
 process itself, each switch, each rank's trainer and the shells Mininet keeps per node,
 their resident memory (VmRSS) and their open file descriptors. Per training step it keeps
-each process's largest sample. After a warm-up of WARMUP_FRACTION of the steps, memory and
-descriptors must be flat (the bounds below), the loss bound must hold on every step and the
-run must finish (a flow that cannot complete fails its rank, and the run with it). It
-writes soak.json (every figure), soak.png (RSS and descriptors against steps, per process)
-and table.txt, and exits 1 when a bound fails.
+each process's largest sample. After a warm-up of WARMUP_FRACTION of the steps, no step's
+sample of a process may exceed its value at the end of the warm-up by more than what the
+process may legitimately hold beyond it (`allowances`: for a switch, its queues full of
+frames; for a rank, two steps' messages; for the run, its timeline), its descriptors must
+not grow, the loss bound must hold on every step and the run must finish (a flow that
+cannot complete fails its rank, and the run with it). Beside the processes it samples each
+switch's queues (their bytes, from the switch) and, on BMv2, its trims, so that a rise in
+a switch's memory can be set against its queues. It writes soak.json (every figure),
+soak.png (RSS, descriptors and the switches' queues against steps) and table.txt, and
+exits 1 when a bound fails. docs/soak.md says why these bounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import subprocess
@@ -26,8 +32,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from common.p4names import HIGH_QUEUE_OCCUPANCY, LOW_QUEUE_OCCUPANCY, PORT_TRIMS
+from common.wire import DATA_FRAME_LEN
+from switch_model import control
 from topologies.collect import StepProgress
+from topologies.fabric import plan
+from topologies.options import add_regime_options, fabric_from, with_regime
 from topologies.switches import Bmv2Switch
+from workload.hostplan import HostEntry
+from workload.plan import plan_step
 
 SAMPLE_EVERY_S = 0.25
 LOOK_EVERY_S = 0.02
@@ -37,9 +50,18 @@ too. Every step must be (the verdict counts those that were not)."""
 WARMUP_FRACTION = 0.1
 """Steps left out before flatness is judged: imports, first allocations, caches filling."""
 MIN_WARMUP = 5
-RSS_GROWTH_BOUND_KIB = 4096
-"""How much a process's largest RSS after warm-up may exceed its largest during the first
-half after warm-up: a leak of 40 KiB a step over the second half of 200 steps passes it."""
+END_OF_WARMUP = 0.25
+"""The warm-up's end value of a process is its largest sample over the last quarter of the
+warm-up (at least 2 steps): a Python process's per-step largest sample moves with its
+garbage collector, and one step's figure may be one of its low points."""
+PYTHON_SLACK_KIB = 1024
+"""What a Python process may add with no more live data: CPython (3.10 on, 64-bit) takes
+its small objects' memory in arenas of 1 MiB, and one more arena may be touched."""
+NATIVE_SLACK_KIB = 128
+"""The same for a C/C++ process: glibc's malloc grows its heap by the request and 128 KiB
+of padding (M_TOP_PAD)."""
+BMV2_HEADROOM = 512
+"""simple_switch allocates each received packet's buffer as its length plus 512 bytes."""
 FD_GROWTH_BOUND = 0
 """How many more descriptors a process may hold over the last tenth of the steps than over
 the first tenth after warm-up, counting the fewest it held in each (a descriptor open for
@@ -71,13 +93,17 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def label(pid: int) -> str | None:
-    """A process's role, stable across the run: what the soak's figures are keyed by."""
+def argv_of(pid: int) -> list[str] | None:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return None
-    argv = [a for a in argv if a]
+    return [a for a in argv if a] or None
+
+
+def label(pid: int, argv: list[str] | None = None) -> str | None:
+    """A process's role, stable across the run: what the soak's figures are keyed by."""
+    argv = argv or argv_of(pid)
     if not argv:
         return None
     if "commands.switch" in argv and "--name" in argv:
@@ -109,6 +135,82 @@ def sample(pid: int) -> tuple[int, int] | None:
     return rss, fds
 
 
+def switch_ports(argv: list[str]) -> list[int]:
+    """The port numbers a switch's command line gives it (`-i N=IF` on the model, `-i N@IF`
+    on BMv2)."""
+    ports = []
+    for option, value in itertools.pairwise(argv):
+        if option == "-i":
+            ports.append(int(value.replace("@", "=").split("=", 1)[0]))
+    return ports
+
+
+class SwitchProbe:
+    """Reads a switch's queues as the run goes: per port the bytes queued low and high (the
+    model's control channel; on BMv2 the program's occupancy registers over Thrift) and, on
+    BMv2, its trims (the program's port_trims counter). A point sample: it sees a standing
+    queue, not each burst."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.ports = switch_ports(argv)
+        self.bmv2 = Path(argv[0]).name == Bmv2Switch.BINARY
+        self.control = argv[argv.index("--control") + 1] if "--control" in argv else None
+        self.thrift_port = int(argv[argv.index("--thrift-port") + 1]) if self.bmv2 else None
+        self._client = None
+        self._transport = None
+
+    def _thrift(self):
+        if self._client is None:
+            from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
+            from thrift.transport import TSocket, TTransport
+
+            from controller.nic import bmv2_python_dir
+
+            pydir = bmv2_python_dir("simple_switch_CLI")
+            if pydir is not None and str(pydir) not in sys.path:
+                sys.path.append(str(pydir))
+            from bm_runtime.standard import Standard
+
+            sock = TSocket.TSocket("127.0.0.1", self.thrift_port)
+            sock.setTimeout(1000)
+            self._transport = TTransport.TBufferedTransport(sock)
+            protocol = TMultiplexedProtocol.TMultiplexedProtocol(
+                TBinaryProtocol.TBinaryProtocol(self._transport), "standard"
+            )
+            client = Standard.Client(protocol)
+            self._transport.open()
+            self._client = client
+        return self._client
+
+    def read(self) -> tuple[int, int, int | None] | None:
+        """(low bytes, high bytes, trims so far or None) summed over the ports; None when
+        the switch does not answer (starting, gone)."""
+        try:
+            if self.bmv2:
+                rt = self._thrift()
+                low = rt.bm_register_read_all(0, LOW_QUEUE_OCCUPANCY)
+                high = rt.bm_register_read_all(0, HIGH_QUEUE_OCCUPANCY)
+                trims = sum(rt.bm_counter_read(0, PORT_TRIMS, p).packets for p in self.ports)
+                return sum(low[p] for p in self.ports), sum(high[p] for p in self.ports), trims
+            if self.control is None:
+                return None
+            ports = control.request(self.control, {"cmd": "stats"}, timeout=0.5)["stats"]["ports"]
+            return (
+                sum(p["low_bytes"] for p in ports.values()),
+                sum(p["high_bytes"] for p in ports.values()),
+                None,
+            )
+        except Exception:  # a switch that is not (or no longer) there: no sample, as for /proc
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self._transport is not None:
+            with contextlib.suppress(Exception):
+                self._transport.close()
+        self._client = self._transport = None
+
+
 @dataclass
 class Trace:
     """Per process label, per training step (index 0 is step 1): the largest sample."""
@@ -118,12 +220,28 @@ class Trace:
     samples: int = 0
     steps: set[int] = field(default_factory=set)
     """The steps with at least one sample."""
+    argv: dict[str, list[str]] = field(default_factory=dict)
+    """Each label's command line, as first seen (what its allowance is worked out from)."""
+    queued_bytes: dict[str, dict[int, int]] = field(default_factory=dict)
+    """Per switch, per step: the most bytes sampled in its queues (low and high, all ports)."""
+    high_bytes: dict[str, dict[int, int]] = field(default_factory=dict)
+    """Per switch, per step: the most bytes sampled in its high queues (control, trims)."""
+    trims: dict[str, dict[int, int]] = field(default_factory=dict)
+    """Per switch (BMv2), per step: its trims counted so far, at the step's last sample."""
 
     def add(self, step: int, name: str, rss: int, fds: int) -> None:
         self.steps.add(step)
         for into, value in ((self.rss_kib, rss), (self.fds, fds)):
             per = into.setdefault(name, {})
             per[step] = max(per.get(step, 0), value)
+
+    def add_queues(self, step: int, name: str, low: int, high: int, trims: int | None) -> None:
+        for into, value in ((self.queued_bytes, low + high), (self.high_bytes, high)):
+            per = into.setdefault(name, {})
+            per[step] = max(per.get(step, 0), value)
+        if trims is not None:
+            per = self.trims.setdefault(name, {})
+            per[step] = max(per.get(step, 0), trims)
 
 
 def fresh_records(run_dir: Path, since: float) -> list[Path]:
@@ -142,25 +260,101 @@ def _sampler(
     root: int, run_dir: Path, since: float, steps: int, trace: Trace, stop: threading.Event
 ) -> None:
     progress, sampled, last = StepProgress(), 0, 0.0
-    while not stop.is_set():
-        step = progress.done(fresh_records(run_dir, since)) + 1
-        if step > steps:
-            break  # the training is over; what the command does next (tables, plots) is not
-        if step != sampled or time.monotonic() - last >= SAMPLE_EVERY_S:
-            for pid in descendants(root):
-                name, figures = label(pid), sample(pid)
-                if name is None or figures is None:
-                    continue
-                trace.add(step, name, *figures)
-            trace.samples += 1
-            sampled, last = step, time.monotonic()
-        stop.wait(LOOK_EVERY_S)
+    probes: dict[int, SwitchProbe] = {}
+    try:
+        while not stop.is_set():
+            step = progress.done(fresh_records(run_dir, since)) + 1
+            if step > steps:
+                break  # the training is over; what the command does next (tables, plots) is not
+            if step != sampled or time.monotonic() - last >= SAMPLE_EVERY_S:
+                for pid in descendants(root):
+                    argv = argv_of(pid)
+                    name, figures = label(pid, argv), sample(pid)
+                    if name is None or figures is None or argv is None:
+                        continue
+                    trace.argv.setdefault(name, argv)
+                    trace.add(step, name, *figures)
+                    if name.startswith("switch "):
+                        probe = probes.setdefault(pid, SwitchProbe(argv))
+                        queues = probe.read()
+                        if queues is not None:
+                            trace.add_queues(step, name, *queues)
+                trace.samples += 1
+                sampled, last = step, time.monotonic()
+            stop.wait(LOOK_EVERY_S)
+    finally:
+        for probe in probes.values():
+            probe.close()
+
+
+def _step_bytes(entry: HostEntry) -> int:
+    """The most bytes a rank's messages of one step hold, sent and received: each is a
+    bytes object of its own (the sender's content, the receiver's payload)."""
+    cfg = entry.training
+    most = 0
+    for step in range(1, min(cfg.steps, 3) + 1):  # step 2 has the burst, where there is one
+        plan = plan_step(cfg, step)
+        sends = plan.compute_sends + plan.gradient_sends + plan.barrier_sends + plan.burst_sends
+        most = max(most, sum(m.size for m in sends + plan.registrations()))
+    return most
+
+
+def allowances(trace: Trace, data_queue_bytes: int, run: dict | None) -> dict[str, dict]:
+    """Per process: how many KiB its RSS may exceed its warm-up's end value by, and why.
+
+    - a switch: its queues full of frames. Per port the data queue holds what the program
+      admits (`data_queue_bytes // DATA_FRAME_LEN` full frames, and the one it admits last),
+      and the high queue (control, trimmed headers) as many again: at the line rate a
+      trimmed header (58 B) leaves 70 times faster than the 4154-B frame it was cut from
+      arrives, so a switch that keeps up never queues more; each frame as it is held (the
+      model: a bytearray and its queue entry, measured here; BMv2: the frame and the 512
+      bytes simple_switch allocates beside it); and the slack of its allocator;
+    - a rank's trainer: two steps' messages, sent and received (a rank keeps a step until
+      the next has finished: `Rank._forget`), and a Python arena;
+    - the `forgive run` process: its trims timeline, which grows by one sample each
+      `runner.SAMPLE_EVERY_S` by design (its length and one entry's size as measured), and
+      a Python arena;
+    - anything else (the shells Mininet keeps, BMv2's CLI): its allocator's slack.
+    """
+    out: dict[str, dict] = {}
+    frame_slots = 2 * (data_queue_bytes // DATA_FRAME_LEN + 1)
+    model_frame = sys.getsizeof(bytearray(DATA_FRAME_LEN)) + sys.getsizeof((None, 0)) + 8
+    for name, argv in sorted(trace.argv.items()):
+        python = Path(argv[0]).name.startswith("python")
+        slack = PYTHON_SLACK_KIB if python else NATIVE_SLACK_KIB
+        if name.startswith("switch "):
+            ports = len(switch_ports(argv))
+            frame = model_frame if python else DATA_FRAME_LEN + BMV2_HEADROOM
+            held = ports * frame_slots * frame
+            why = f"{ports} ports x {frame_slots} frames x {frame} B"
+        elif name.startswith("trainer ") and "--host" in argv:
+            step = _step_bytes(HostEntry.from_json(argv[argv.index("--host") + 1]))
+            held, why = 2 * step, f"2 steps x {step} B of messages"
+        elif name == "forgive run" and run and run.get("timeline"):
+            entry = run["timeline"][-1]
+            size = sys.getsizeof(entry) + sum(sys.getsizeof(v) for v in entry.values()) + 8
+            held = len(run["timeline"]) * size
+            why = f"timeline {len(run['timeline'])} x {size} B"
+        else:
+            held, why = 0, ""
+        kib = -(-held // 1024) + slack
+        out[name] = {
+            "kib": kib,
+            "why": f"{why} + {slack} KiB slack" if why else f"{slack} KiB slack",
+        }
+    return out
 
 
 @dataclass
 class Verdict:
     warmup: int
-    rss_growth_kib: dict[str, int]
+    warmup_end_kib: dict[str, int]
+    """Per process, its warm-up's end value (END_OF_WARMUP)."""
+    rss_peak_after: dict[str, tuple[int, int]]
+    """Per process, (step, KiB) of its largest sample after warm-up."""
+    rss_rise_kib: dict[str, int]
+    """Per process, that peak less its warm-up's end value."""
+    allowed_kib: dict[str, int]
     fd_growth: dict[str, int]
     bound_held_every_step: bool
     steps_recorded: int
@@ -172,20 +366,37 @@ class Verdict:
         return not self.failures
 
 
-def judge(trace: Trace, steps: int, run: dict | None, code: int) -> Verdict:
-    """The soak's bounds (module docstring) over a trace and the run's record."""
+def warmup_of(steps: int) -> tuple[int, int]:
+    """(the warm-up's length, the first step of its end window)."""
     warmup = max(MIN_WARMUP, round(WARMUP_FRACTION * steps))
-    mid = warmup + (steps - warmup) // 2
+    return warmup, warmup - max(2, round(END_OF_WARMUP * warmup)) + 1
+
+
+def judge(
+    trace: Trace, steps: int, run: dict | None, code: int, allowed: dict[str, int] | None = None
+) -> Verdict:
+    """The soak's bounds (module docstring) over a trace and the run's record; `allowed`:
+    per process, the KiB its RSS may exceed its warm-up's end value by (0 where not given)."""
+    allowed = allowed or {}
+    warmup, end_from = warmup_of(steps)
     failures = []
-    rss_growth, fd_growth = {}, {}
+    ends, peaks, rises, fd_growth = {}, {}, {}, {}
     for name in sorted(trace.rss_kib):
         rss, fds = trace.rss_kib[name], trace.fds[name]
-        early = [v for s, v in rss.items() if warmup < s <= mid]
-        late = [v for s, v in rss.items() if s > mid]
-        if early and late:
-            rss_growth[name] = max(late) - max(early)
-            if rss_growth[name] > RSS_GROWTH_BOUND_KIB:
-                failures.append(f"{name}: RSS grew {rss_growth[name]} KiB after warm-up")
+        end = [v for s, v in rss.items() if end_from <= s <= warmup]
+        after = {s: v for s, v in rss.items() if s > warmup}
+        if end and after:
+            ends[name] = max(end)
+            peak = max(after.values())
+            at = min(s for s, v in after.items() if v == peak)  # the first step it was reached
+            peaks[name] = (at, peak)
+            rises[name] = peak - ends[name]
+            if rises[name] > allowed.get(name, 0):
+                failures.append(
+                    f"{name}: RSS {peak} KiB at step {at}, {rises[name]} KiB over its "
+                    f"{ends[name]} KiB at the end of warm-up (steps {end_from}-{warmup}); "
+                    f"allowed {allowed.get(name, 0)} KiB"
+                )
         window = max(3, steps // 10)
         first = [v for s, v in fds.items() if warmup < s <= warmup + window]
         last = [v for s, v in fds.items() if s > steps - window]
@@ -206,26 +417,81 @@ def judge(trace: Trace, steps: int, run: dict | None, code: int) -> Verdict:
         failures.append(f"{len(records)} of {steps} steps recorded")
     if not held:
         failures.append("the loss bound did not hold on every step")
-    return Verdict(warmup, rss_growth, fd_growth, held, len(records), code == 0, failures)
+    return Verdict(
+        warmup,
+        ends,
+        peaks,
+        rises,
+        {name: allowed.get(name, 0) for name in sorted(trace.rss_kib)},
+        fd_growth,
+        held,
+        len(records),
+        code == 0,
+        failures,
+    )
+
+
+def queue_highs(trace: Trace, verdict: Verdict, jump_kib: int = 1024) -> dict[str, dict]:
+    """Per switch: the steps after warm-up where its RSS rose by more than `jump_kib` over
+    its largest so far, and, at each, whether its queues (or, on BMv2, its trims in a
+    step) reached a new high that step or the step before; what a high-water mark of its
+    buffers would show, where growth would not."""
+    out = {}
+    for name in sorted(trace.queued_bytes):
+        rss, queued = trace.rss_kib.get(name, {}), trace.queued_bytes[name]
+        trims = trace.trims.get(name, {})
+        per_step = {s: trims[s] - trims[s - 1] for s in trims if s - 1 in trims}
+        jumps, top_rss, top_q, top_t, q_highs, t_highs = [], 0, 0, 0, set(), set()
+        for s in sorted(rss):
+            if queued.get(s, 0) > top_q:
+                top_q = queued[s]
+                q_highs.add(s)
+            if per_step.get(s, 0) > top_t:
+                top_t = per_step[s]
+                t_highs.add(s)
+            if s > verdict.warmup and rss[s] - top_rss > jump_kib:
+                jumps.append(
+                    {
+                        "step": s,
+                        "rss_kib": rss[s],
+                        "rise_kib": rss[s] - top_rss,
+                        "queued_bytes": queued.get(s),
+                        "queue_high": bool({s, s - 1} & q_highs),
+                        "trims_in_step": per_step.get(s),
+                        "trims_high": bool({s, s - 1} & t_highs),
+                    }
+                )
+            top_rss = max(top_rss, rss[s])
+        out[name] = {
+            "largest_queued_bytes": max(queued.values(), default=0),
+            "largest_high_bytes": max(trace.high_bytes.get(name, {}).values(), default=0),
+            "largest_trims_in_step": max(per_step.values(), default=None),
+            "rss_jumps": jumps,
+        }
+    return out
 
 
 def table(trace: Trace, verdict: Verdict) -> str:
+    mib = lambda kib: f"{kib / 1024:.1f}"  # noqa: E731
     lines = [
-        f"{'process':<16}{'RSS start MiB':>14}{'RSS end MiB':>12}{'RSS growth KiB':>15}"
-        f"{'fds start':>10}{'fds end':>8}{'fd growth':>10}"
+        f"{'process':<16}{'RSS start':>10}{'warm-up end':>12}{'max after':>10}{'at step':>8}"
+        f"{'end':>7}{'rise KiB':>9}{'allowed':>8}{'fds start':>10}{'fds end':>8}{'fd growth':>10}"
     ]
     for name in sorted(trace.rss_kib):
         rss, fds = trace.rss_kib[name], trace.fds[name]
         first, last = min(rss), max(rss)
+        at, peak = verdict.rss_peak_after.get(name, (0, 0))
+        end = verdict.warmup_end_kib.get(name)
         lines.append(
-            f"{name:<16}{rss[first] / 1024:>14.1f}{rss[last] / 1024:>12.1f}"
-            f"{verdict.rss_growth_kib.get(name, 0):>15}{fds[first]:>10}{fds[last]:>8}"
-            f"{verdict.fd_growth.get(name, 0):>10}"
+            f"{name:<16}{mib(rss[first]):>10}{mib(end) if end else '-':>12}"
+            f"{mib(peak) if at else '-':>10}{at or '-':>8}{mib(rss[last]):>7}"
+            f"{verdict.rss_rise_kib.get(name, '-'):>9}{verdict.allowed_kib.get(name, 0):>8}"
+            f"{fds[first]:>10}{fds[last]:>8}{verdict.fd_growth.get(name, 0):>10}"
         )
     lines.append(
-        f"warm-up {verdict.warmup} steps; bounds: RSS growth <= {RSS_GROWTH_BOUND_KIB} KiB, "
-        f"descriptor growth <= {FD_GROWTH_BOUND}; loss bound held on every step: "
-        f"{'yes' if verdict.bound_held_every_step else 'no'}; "
+        f"RSS in MiB; warm-up {verdict.warmup} steps; bounds: no sample after warm-up more than "
+        f"'allowed' KiB over the warm-up's end, descriptor growth <= {FD_GROWTH_BOUND}; "
+        f"loss bound held on every step: {'yes' if verdict.bound_held_every_step else 'no'}; "
         f"{'held' if verdict.held else 'FAILED: ' + '; '.join(verdict.failures)}"
     )
     return "\n".join(lines)
@@ -237,25 +503,50 @@ def plot(path: Path, trace: Trace, verdict: Verdict, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 8), sharex=True)
+    panels = 3 if trace.queued_bytes else 2
+    fig, axes = plt.subplots(panels, 1, figsize=(10, 4 * panels), sharex=True)
+    top, middle = axes[0], axes[1]
     colours = plt.get_cmap("tab20").colors  # 16 or so processes: the default 10 would repeat
-    for i, name in enumerate(sorted(trace.rss_kib)):
+    names = sorted(trace.rss_kib)
+    for i, name in enumerate(names):
         steps, colour = sorted(trace.rss_kib[name]), colours[i % len(colours)]
         rss = [trace.rss_kib[name][s] / 1024 for s in steps]
         top.plot(steps, rss, label=name, lw=1, color=colour)
-        bottom.plot(steps, [trace.fds[name][s] for s in steps], label=name, lw=1, color=colour)
-    for ax in (top, bottom):
+        middle.plot(steps, [trace.fds[name][s] for s in steps], label=name, lw=1, color=colour)
+    if trace.queued_bytes:
+        bottom = axes[2]
+        for name in sorted(trace.queued_bytes):
+            colour = colours[names.index(name) % len(colours)] if name in names else None
+            steps = sorted(trace.queued_bytes[name])
+            bottom.plot(
+                steps, [trace.queued_bytes[name][s] / 1024 for s in steps], lw=1, color=colour
+            )
+        bottom.set_ylabel("switch queues, KiB\n(largest sample per step)")
+    for ax in axes:
         ax.axvline(verdict.warmup, color="grey", ls=":", label="end of warm-up")
         ax.grid(alpha=0.3)
     top.set_ylabel("resident memory, MiB (largest sample per step)")
-    bottom.set_ylabel("open file descriptors")
-    bottom.set_xlabel("training step")
+    middle.set_ylabel("open file descriptors")
+    axes[-1].set_xlabel("training step")
     top.set_title(title, fontsize=10)
-    handles, names = top.get_legend_handles_labels()
-    fig.legend(handles, names, loc="center right", fontsize=7)
+    handles, labels = top.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=7)
     fig.tight_layout(rect=(0, 0, 0.84, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def data_queue_of(extra: list[str]) -> int:
+    """The data queue per port (bytes, emulation scale) a `forgive run` with `extra` options
+    gives its switches, from the same options and fabric plan the run reads."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--fabric", default="2to1")
+    parser.add_argument("--host-link-mbps", type=float)
+    parser.add_argument("--byte-scale", type=float)
+    add_regime_options(parser)
+    args, _ = parser.parse_known_args(extra)
+    spec = fabric_from(args.fabric, "mininet", args.host_link_mbps, args.byte_scale)
+    return plan(with_regime(spec, args)).thresholds().data_queue_bytes
 
 
 def soak(
@@ -265,6 +556,7 @@ def soak(
     results folder (its logs and records) into `results` (default out/run)."""
     out.mkdir(parents=True, exist_ok=True)
     results = results or out / "run"
+    data_queue = data_queue_of(extra)
     policy = "forgive"
     command = [sys.executable, "-m", "commands.forgive", "run", "--steps", str(steps)]
     command += ["--policy", policy, "--timeout", str(timeout), "--out", str(results), *extra]
@@ -285,17 +577,30 @@ def soak(
         run = json.loads((results / "runs.json").read_text())[0]
     except (OSError, ValueError, IndexError):
         run = None
-    verdict = judge(trace, steps, run, proc.returncode)
+    allowed = allowances(trace, data_queue, run)
+    verdict = judge(trace, steps, run, proc.returncode, {n: a["kib"] for n, a in allowed.items()})
     doc = {
         "command": command[1:],
         "steps": steps,
         "wall_time_s": wall,
         "samples": trace.samples,
         "sample_every_s": SAMPLE_EVERY_S,
-        "bounds": {"rss_growth_kib": RSS_GROWTH_BOUND_KIB, "fd_growth": FD_GROWTH_BOUND},
+        "bounds": {
+            "warmup_steps": verdict.warmup,
+            "warmup_end_steps": list(warmup_of(steps)[::-1]),
+            "rss_allowed": allowed,
+            "fd_growth": FD_GROWTH_BOUND,
+            "data_queue_bytes": data_queue,
+        },
         "verdict": {**asdict(verdict), "held": verdict.held},
         "rss_kib": trace.rss_kib,
         "fds": trace.fds,
+        "switch_queues": {
+            "queued_bytes": trace.queued_bytes,
+            "high_bytes": trace.high_bytes,
+            "trims": trace.trims,
+            "highs": queue_highs(trace, verdict),
+        },
         "run": None if run is None else {k: run[k] for k in ("training_time_s", "rtos", "trims")},
         "stderr_tail": err.strip().splitlines()[-3:],
     }
