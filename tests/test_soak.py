@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from netns import netns_unavailable
 
-from common.wire import DATA_FRAME_LEN
+from common.wire import DATA_FRAME_LEN, TRIMMED_FRAME_LEN
 from topologies.collect import CollectError, StepProgress
 from topologies.fabric import plan, preset
 from topologies.runplan import RunConfig, plan_run
@@ -23,11 +23,13 @@ from topologies.soak import (
     PYTHON_SLACK_KIB,
     Trace,
     allowances,
-    data_queue_of,
     fresh_records,
     judge,
     label,
+    queue_highs,
+    queues_of,
     soak,
+    trims_per_step,
     warmup_of,
 )
 
@@ -119,8 +121,13 @@ def test_the_warm_up_end_is_the_largest_of_its_last_steps():
 
 
 def test_allowances_are_the_queues_the_messages_and_the_timeline(tmp_path):
-    data_queue = 65536
-    frames = 2 * (data_queue // DATA_FRAME_LEN + 1)  # the data queue full, the high as many
+    queues = queues_of([])
+    assert queues == {
+        "data_queue_bytes": 65536,
+        "low_queue_bytes": 131072,
+        "high_queue_bytes": 65536,
+    }
+    low, high = 65536 // DATA_FRAME_LEN + 1, -(-65536 // TRIMMED_FRAME_LEN)  # 16 and 1130
     t = Trace()
     model = [sys.executable, "-m", "commands.switch", "--name", "leaf1", "--control", "c"]
     model += ["-i", "1=leaf1-eth1", "-i", "2=leaf1-eth2", "-i", "3=leaf1-eth3"]
@@ -132,26 +139,30 @@ def test_allowances_are_the_queues_the_messages_and_the_timeline(tmp_path):
         t.argv[label(0, argv)] = argv
     t.argv["shell h1"] = ["bash", "--norc", "-is", "mininet:h1"]
     timeline = [{"t": 0.5 * i, "trims": 10 * i, "ce_marks": i} for i in range(1, 101)]
-    got = allowances(t, data_queue, {"timeline": timeline})
+    got = allowances(t, queues, {"timeline": timeline})
     assert set(got) == {"switch leaf1", "switch spine1", "trainer h1", "forgive run", "shell h1"}
-    model_frame = got["switch leaf1"]["kib"] - PYTHON_SLACK_KIB
-    assert 3 * frames * DATA_FRAME_LEN / 1024 < model_frame < 3 * frames * 2 * DATA_FRAME_LEN / 1024
-    assert got["switch spine1"]["kib"] == NATIVE_SLACK_KIB - (
-        -2 * frames * (DATA_FRAME_LEN + 512) // 1024
-    )
+    # the model: each frame a bytearray of its own length and a little more
+    model_kib = got["switch leaf1"]["kib"] - PYTHON_SLACK_KIB
+    bare = 3 * (low * DATA_FRAME_LEN + high * TRIMMED_FRAME_LEN) / 1024
+    assert bare < model_kib < bare + 3 * (low + high) * 200 / 1024
+    # BMv2: every packet in a buffer of its arrival length and 512 bytes
+    held = 2 * (low + high) * (DATA_FRAME_LEN + 512)
+    assert got["switch spine1"]["kib"] == NATIVE_SLACK_KIB - (-held // 1024)
     cfg = entry.training
     sent = 2 * (len(cfg.ranks) - 1) * (cfg.grad_bytes // len(cfg.ranks))  # the ring, each way
     assert got["trainer h1"]["kib"] >= PYTHON_SLACK_KIB + 2 * 2 * sent / 1024
     assert PYTHON_SLACK_KIB + 100 * 100 / 1024 < got["forgive run"]["kib"] < PYTHON_SLACK_KIB + 100
     assert got["shell h1"] == {"kib": NATIVE_SLACK_KIB, "why": f"{NATIVE_SLACK_KIB} KiB slack"}
-    # the allowance grows with the queue it is worked out from
-    assert allowances(t, 4 * data_queue, None)["switch spine1"]["kib"] > got["switch spine1"]["kib"]
+    # the allowance grows with the queues it is worked out from
+    bigger = allowances(t, queues_of(["--data-queue-kib", "16384"]), None)
+    assert bigger["switch spine1"]["kib"] > got["switch spine1"]["kib"]
 
 
-def test_the_soak_reads_the_data_queue_the_run_gives_its_switches():
-    assert data_queue_of([]) == plan(preset("2to1")).thresholds().data_queue_bytes
-    assert data_queue_of(["--data-queue-kib", "1100"]) == round(1100 * 1024 / 64)
-    assert data_queue_of(SMALL_JOB) == data_queue_of(["--data-queue-kib", "1100"])
+def test_the_soak_reads_the_queues_the_run_gives_its_switches():
+    thresholds = plan(preset("2to1")).thresholds()
+    assert queues_of([])["data_queue_bytes"] == thresholds.data_queue_bytes
+    assert queues_of(["--data-queue-kib", "1100"])["data_queue_bytes"] == round(1100 * 1024 / 64)
+    assert queues_of(SMALL_JOB) == queues_of(["--data-queue-kib", "1100"])
 
 
 def test_the_sampler_reads_only_records_this_run_wrote(tmp_path):
@@ -219,3 +230,31 @@ def test_a_short_soak_of_a_small_job_holds_its_bounds(tmp_path):
     _, verdict, doc = soak(SHORT_SOAK_STEPS, tmp_path, SMALL_JOB, 300, tmp_path / "run")
     assert verdict.held, (verdict.failures, doc["stderr_tail"])
     assert doc["run"]["trims"] > 0  # the loss bound was held with losses to hold it against
+
+
+def test_a_jump_in_a_switch_s_memory_is_set_against_its_queues_and_trims():
+    """The evidence for a high-water mark: each RSS jump after warm-up, and whether the
+    switch's queues or its trims in a step reached a new high at it (or the step before)."""
+    t = trace(rss=lambda s: 44_000 + (16_900 if s >= 12 else 0) + (13_000 if s >= 30 else 0))
+    for s in range(1, STEPS + 1):
+        queues = (4154 * (3 if s == 11 else 1), 58 * (40 if s == 30 else 1))
+        t.add_switch(s, "switch leaf1", queues, 1000 * s + (5000 if s >= 30 else 0))
+    assert trims_per_step(t, "switch leaf1")[30] == 6000
+    assert trims_per_step(t, "switch leaf1")[31] == 1000
+    highs = queue_highs(t, judge(t, STEPS, record(), 0, ALLOWED))["switch leaf1"]
+    assert highs["largest_queued_bytes"] == 3 * 4154 + 58
+    assert highs["largest_trims_in_step"] == 6000
+    assert [
+        (j["step"], j["rise_kib"], j["queue_high"], j["trims_high"]) for j in highs["rss_jumps"]
+    ] == [
+        (12, 16_900, True, False),  # the queues' high at step 11, the trims flat
+        (30, 13_000, True, True),
+    ]
+    # a jump with neither is growth as far as these figures go
+    flat = trace(rss=lambda s: 44_000 + (16_900 if s >= 12 else 0))
+    for s in range(1, STEPS + 1):
+        flat.add_switch(s, "switch leaf1", (4154, 58), 1000 * s)
+    (jump,) = queue_highs(flat, judge(flat, STEPS, record(), 0, ALLOWED))["switch leaf1"][
+        "rss_jumps"
+    ]
+    assert (jump["step"], jump["queue_high"], jump["trims_high"]) == (12, False, False)

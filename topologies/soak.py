@@ -8,12 +8,12 @@ process itself, each switch, each rank's trainer and the shells Mininet keeps pe
 their resident memory (VmRSS) and their open file descriptors. Per training step it keeps
 each process's largest sample. After a warm-up of WARMUP_FRACTION of the steps, no step's
 sample of a process may exceed its value at the end of the warm-up by more than what the
-process may legitimately hold beyond it (`allowances`: for a switch, its queues full of
-frames; for a rank, two steps' messages; for the run, its timeline), its descriptors must
+process may legitimately hold beyond it (`allowances`: for a switch, its queues full; for
+a rank, two steps' messages; for the run, its timeline), its descriptors must
 not grow, the loss bound must hold on every step and the run must finish (a flow that
 cannot complete fails its rank, and the run with it). Beside the processes it samples each
-switch's queues (their bytes, from the switch) and, on BMv2, its trims, so that a rise in
-a switch's memory can be set against its queues. It writes soak.json (every figure),
+switch's queues (their bytes, from the switch) and its trims, so that a rise in a switch's
+memory can be set against its queues. It writes soak.json (every figure),
 soak.png (RSS, descriptors and the switches' queues against steps) and table.txt, and
 exits 1 when a bound fails. docs/soak.md says why these bounds.
 """
@@ -32,8 +32,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from common.p4names import HIGH_QUEUE_OCCUPANCY, LOW_QUEUE_OCCUPANCY, PORT_TRIMS
-from common.wire import DATA_FRAME_LEN
+from common.p4names import HIGH_QUEUE_OCCUPANCY, LOW_QUEUE_OCCUPANCY
+from common.wire import DATA_FRAME_LEN, TRIMMED_FRAME_LEN
+from controller import P4INFO
+from controller.client import SwitchClient
+from controller.entries import read_port_counters
+from controller.nic import bmv2_python_dir
+from controller.p4info import P4InfoIndex, load_p4info
 from switch_model import control
 from topologies.collect import StepProgress
 from topologies.fabric import plan
@@ -146,25 +151,29 @@ def switch_ports(argv: list[str]) -> list[int]:
 
 
 class SwitchProbe:
-    """Reads a switch's queues as the run goes: per port the bytes queued low and high (the
-    model's control channel; on BMv2 the program's occupancy registers over Thrift) and, on
-    BMv2, its trims (the program's port_trims counter). A point sample: it sees a standing
-    queue, not each burst."""
+    """Reads a switch as the run goes: its trims so far (the program's port_trims counter,
+    over P4Runtime as the run reads it, without mastership) and per port the bytes queued
+    low and high (the model's control channel; on BMv2 the program's occupancy registers,
+    over Thrift). The queues are a point sample: they show a standing queue, not each
+    burst; the trims are counted, so a step's trims are exact."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.name = name
         self.ports = switch_ports(argv)
         self.bmv2 = Path(argv[0]).name == Bmv2Switch.BINARY
-        self.control = argv[argv.index("--control") + 1] if "--control" in argv else None
-        self.thrift_port = int(argv[argv.index("--thrift-port") + 1]) if self.bmv2 else None
-        self._client = None
+        self.control = _option(argv, "--control")
+        self.thrift_port = int(_option(argv, "--thrift-port") or 0)
+        self.grpc = _option(argv, "--grpc") or _option(argv, "--grpc-server-addr")
+        self.device_id = int(_option(argv, "--device-id") or 1)
+        self._thrift_client = None
         self._transport = None
+        self._p4rt: SwitchClient | None = None
+        self._index: P4InfoIndex | None = None
 
     def _thrift(self):
-        if self._client is None:
+        if self._thrift_client is None:
             from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
             from thrift.transport import TSocket, TTransport
-
-            from controller.nic import bmv2_python_dir
 
             pydir = bmv2_python_dir("simple_switch_CLI")
             if pydir is not None and str(pydir) not in sys.path:
@@ -179,36 +188,62 @@ class SwitchProbe:
             )
             client = Standard.Client(protocol)
             self._transport.open()
-            self._client = client
-        return self._client
+            self._thrift_client = client
+        return self._thrift_client
 
-    def read(self) -> tuple[int, int, int | None] | None:
-        """(low bytes, high bytes, trims so far or None) summed over the ports; None when
-        the switch does not answer (starting, gone)."""
+    def queues(self) -> tuple[int, int] | None:
+        """(low bytes, high bytes) queued over the switch's ports, or None when it does not
+        answer (starting, gone)."""
         try:
             if self.bmv2:
                 rt = self._thrift()
                 low = rt.bm_register_read_all(0, LOW_QUEUE_OCCUPANCY)
                 high = rt.bm_register_read_all(0, HIGH_QUEUE_OCCUPANCY)
-                trims = sum(rt.bm_counter_read(0, PORT_TRIMS, p).packets for p in self.ports)
-                return sum(low[p] for p in self.ports), sum(high[p] for p in self.ports), trims
+                return sum(low[p] for p in self.ports), sum(high[p] for p in self.ports)
             if self.control is None:
                 return None
             ports = control.request(self.control, {"cmd": "stats"}, timeout=0.5)["stats"]["ports"]
-            return (
-                sum(p["low_bytes"] for p in ports.values()),
-                sum(p["high_bytes"] for p in ports.values()),
-                None,
+            return sum(p["low_bytes"] for p in ports.values()), sum(
+                p["high_bytes"] for p in ports.values()
             )
         except Exception:  # a switch that is not (or no longer) there: no sample, as for /proc
-            self.close()
+            self._close_thrift()
             return None
 
-    def close(self) -> None:
+    def trims(self) -> int | None:
+        """The switch's trims so far over its ports, or None when it does not answer."""
+        if self.grpc is None:
+            return None
+        try:
+            if self._p4rt is None:
+                client = SwitchClient(self.name, self.grpc, self.device_id, timeout=1.0)
+                client.connect(primary=False)
+                self._p4rt, self._index = client, self._index or P4InfoIndex(load_p4info(P4INFO))
+            counters = read_port_counters(self._p4rt, self._index, self.ports)
+            return sum(c.trims for c in counters.values())
+        except Exception:  # not answering yet (no pipeline) or any more
+            self._close_p4rt()
+            return None
+
+    def _close_thrift(self) -> None:
         if self._transport is not None:
             with contextlib.suppress(Exception):
                 self._transport.close()
-        self._client = self._transport = None
+        self._thrift_client = self._transport = None
+
+    def _close_p4rt(self) -> None:
+        if self._p4rt is not None:
+            with contextlib.suppress(Exception):
+                self._p4rt.close()
+        self._p4rt = None
+
+    def close(self) -> None:
+        self._close_thrift()
+        self._close_p4rt()
+
+
+def _option(argv: list[str], option: str) -> str | None:
+    return argv[argv.index(option) + 1] if option in argv[:-1] else None
 
 
 @dataclass
@@ -227,7 +262,7 @@ class Trace:
     high_bytes: dict[str, dict[int, int]] = field(default_factory=dict)
     """Per switch, per step: the most bytes sampled in its high queues (control, trims)."""
     trims: dict[str, dict[int, int]] = field(default_factory=dict)
-    """Per switch (BMv2), per step: its trims counted so far, at the step's last sample."""
+    """Per switch, per step: its trims counted so far, at the step's last sample."""
 
     def add(self, step: int, name: str, rss: int, fds: int) -> None:
         self.steps.add(step)
@@ -235,10 +270,14 @@ class Trace:
             per = into.setdefault(name, {})
             per[step] = max(per.get(step, 0), value)
 
-    def add_queues(self, step: int, name: str, low: int, high: int, trims: int | None) -> None:
-        for into, value in ((self.queued_bytes, low + high), (self.high_bytes, high)):
-            per = into.setdefault(name, {})
-            per[step] = max(per.get(step, 0), value)
+    def add_switch(
+        self, step: int, name: str, queues: tuple[int, int] | None, trims: int | None
+    ) -> None:
+        if queues is not None:
+            low, high = queues
+            for into, value in ((self.queued_bytes, low + high), (self.high_bytes, high)):
+                per = into.setdefault(name, {})
+                per[step] = max(per.get(step, 0), value)
         if trims is not None:
             per = self.trims.setdefault(name, {})
             per[step] = max(per.get(step, 0), trims)
@@ -275,10 +314,8 @@ def _sampler(
                     trace.argv.setdefault(name, argv)
                     trace.add(step, name, *figures)
                     if name.startswith("switch "):
-                        probe = probes.setdefault(pid, SwitchProbe(argv))
-                        queues = probe.read()
-                        if queues is not None:
-                            trace.add_queues(step, name, *queues)
+                        probe = probes.setdefault(pid, SwitchProbe(name, argv))
+                        trace.add_switch(step, name, probe.queues(), probe.trims())
                 trace.samples += 1
                 sampled, last = step, time.monotonic()
             stop.wait(LOOK_EVERY_S)
@@ -299,16 +336,18 @@ def _step_bytes(entry: HostEntry) -> int:
     return most
 
 
-def allowances(trace: Trace, data_queue_bytes: int, run: dict | None) -> dict[str, dict]:
+def allowances(trace: Trace, queues: dict[str, int], run: dict | None) -> dict[str, dict]:
     """Per process: how many KiB its RSS may exceed its warm-up's end value by, and why.
+    `queues`: the run's queue sizes per port (`queues_of`).
 
-    - a switch: its queues full of frames. Per port the data queue holds what the program
-      admits (`data_queue_bytes // DATA_FRAME_LEN` full frames, and the one it admits last),
-      and the high queue (control, trimmed headers) as many again: at the line rate a
-      trimmed header (58 B) leaves 70 times faster than the 4154-B frame it was cut from
-      arrives, so a switch that keeps up never queues more; each frame as it is held (the
-      model: a bytearray and its queue entry, measured here; BMv2: the frame and the 512
-      bytes simple_switch allocates beside it); and the slack of its allocator;
+    - a switch: its queues full, each packet as the switch holds it. Per port the data
+      queue holds what the program admits (`data_queue_bytes // DATA_FRAME_LEN` full
+      frames and the one admitted last) and the high queue what the run sizes it to
+      (`high_queue_bytes`: on BMv2 that many bytes of 58-byte packets is its depth, on the
+      model its byte capacity). The model holds a frame as a bytearray of its length and
+      a queue entry (measured here with sys.getsizeof); BMv2 holds every packet in a
+      buffer of the length it arrived with and 512 bytes more, trimmed or not. Plus the
+      allocator's slack;
     - a rank's trainer: two steps' messages, sent and received (a rank keeps a step until
       the next has finished: `Rank._forget`), and a Python arena;
     - the `forgive run` process: its trims timeline, which grows by one sample each
@@ -317,22 +356,27 @@ def allowances(trace: Trace, data_queue_bytes: int, run: dict | None) -> dict[st
     - anything else (the shells Mininet keeps, BMv2's CLI): its allocator's slack.
     """
     out: dict[str, dict] = {}
-    frame_slots = 2 * (data_queue_bytes // DATA_FRAME_LEN + 1)
-    model_frame = sys.getsizeof(bytearray(DATA_FRAME_LEN)) + sys.getsizeof((None, 0)) + 8
+    low = queues["data_queue_bytes"] // DATA_FRAME_LEN + 1
+    high = -(-queues["high_queue_bytes"] // TRIMMED_FRAME_LEN)
+    entry = sys.getsizeof((None, 0)) + 8  # the (frame, bytes) tuple and its deque slot
     for name, argv in sorted(trace.argv.items()):
         python = Path(argv[0]).name.startswith("python")
         slack = PYTHON_SLACK_KIB if python else NATIVE_SLACK_KIB
         if name.startswith("switch "):
             ports = len(switch_ports(argv))
-            frame = model_frame if python else DATA_FRAME_LEN + BMV2_HEADROOM
-            held = ports * frame_slots * frame
-            why = f"{ports} ports x {frame_slots} frames x {frame} B"
+            if python:
+                full = sys.getsizeof(bytearray(DATA_FRAME_LEN)) + entry
+                header = sys.getsizeof(bytearray(TRIMMED_FRAME_LEN)) + entry
+            else:
+                full = header = DATA_FRAME_LEN + BMV2_HEADROOM
+            held = ports * (low * full + high * header)
+            why = f"{ports} ports x ({low} x {full} B + {high} x {header} B)"
         elif name.startswith("trainer ") and "--host" in argv:
             step = _step_bytes(HostEntry.from_json(argv[argv.index("--host") + 1]))
             held, why = 2 * step, f"2 steps x {step} B of messages"
         elif name == "forgive run" and run and run.get("timeline"):
-            entry = run["timeline"][-1]
-            size = sys.getsizeof(entry) + sum(sys.getsizeof(v) for v in entry.values()) + 8
+            sample = run["timeline"][-1]
+            size = sys.getsizeof(sample) + sum(sys.getsizeof(v) for v in sample.values()) + 8
             held = len(run["timeline"]) * size
             why = f"timeline {len(run['timeline'])} x {size} B"
         else:
@@ -431,40 +475,53 @@ def judge(
     )
 
 
+def trims_per_step(trace: Trace, name: str) -> dict[int, int]:
+    """A switch's trims in each step: its count at the step's last sample less the step
+    before's (a step sampled after one that was not gets none)."""
+    trims = trace.trims.get(name, {})
+    return {s: trims[s] - trims[s - 1] for s in trims if s - 1 in trims}
+
+
+def _new_highs(per_step: dict[int, int]) -> set[int]:
+    """The steps at which a series reached a new high (above every step before)."""
+    highs, top = set(), 0
+    for s in sorted(per_step):
+        if per_step[s] > top:
+            top = per_step[s]
+            highs.add(s)
+    return highs
+
+
 def queue_highs(trace: Trace, verdict: Verdict, jump_kib: int = 1024) -> dict[str, dict]:
     """Per switch: the steps after warm-up where its RSS rose by more than `jump_kib` over
-    its largest so far, and, at each, whether its queues (or, on BMv2, its trims in a
-    step) reached a new high that step or the step before; what a high-water mark of its
-    buffers would show, where growth would not."""
+    its largest so far, and at each whether its queues (all of them, or the high ones:
+    control and trimmed headers) or its trims in a step reached a new high that step or
+    the step before: what a high-water mark of its buffers would show, where growth
+    would not."""
     out = {}
-    for name in sorted(trace.queued_bytes):
-        rss, queued = trace.rss_kib.get(name, {}), trace.queued_bytes[name]
-        trims = trace.trims.get(name, {})
-        per_step = {s: trims[s] - trims[s - 1] for s in trims if s - 1 in trims}
-        jumps, top_rss, top_q, top_t, q_highs, t_highs = [], 0, 0, 0, set(), set()
+    for name in sorted(set(trace.queued_bytes) | set(trace.trims)):
+        rss, queued = trace.rss_kib.get(name, {}), trace.queued_bytes.get(name, {})
+        high, per_step = trace.high_bytes.get(name, {}), trims_per_step(trace, name)
+        queue_highs, trim_highs = _new_highs(queued) | _new_highs(high), _new_highs(per_step)
+        jumps, top = [], 0
         for s in sorted(rss):
-            if queued.get(s, 0) > top_q:
-                top_q = queued[s]
-                q_highs.add(s)
-            if per_step.get(s, 0) > top_t:
-                top_t = per_step[s]
-                t_highs.add(s)
-            if s > verdict.warmup and rss[s] - top_rss > jump_kib:
+            if s > verdict.warmup and rss[s] - top > jump_kib:
                 jumps.append(
                     {
                         "step": s,
                         "rss_kib": rss[s],
-                        "rise_kib": rss[s] - top_rss,
+                        "rise_kib": rss[s] - top,
                         "queued_bytes": queued.get(s),
-                        "queue_high": bool({s, s - 1} & q_highs),
+                        "high_bytes": high.get(s),
+                        "queue_high": bool({s, s - 1} & queue_highs),
                         "trims_in_step": per_step.get(s),
-                        "trims_high": bool({s, s - 1} & t_highs),
+                        "trims_high": bool({s, s - 1} & trim_highs),
                     }
                 )
-            top_rss = max(top_rss, rss[s])
+            top = max(top, rss[s])
         out[name] = {
             "largest_queued_bytes": max(queued.values(), default=0),
-            "largest_high_bytes": max(trace.high_bytes.get(name, {}).values(), default=0),
+            "largest_high_bytes": max(high.values(), default=0),
             "largest_trims_in_step": max(per_step.values(), default=None),
             "rss_jumps": jumps,
         }
@@ -503,8 +560,16 @@ def plot(path: Path, trace: Trace, verdict: Verdict, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = 3 if trace.queued_bytes else 2
-    fig, axes = plt.subplots(panels, 1, figsize=(10, 4 * panels), sharex=True)
+    switch_panels = [
+        (f, ylabel)
+        for f, ylabel in (
+            (lambda n: trace.queued_bytes.get(n, {}), "switch queues, bytes\n(largest sample)"),
+            (lambda n: trims_per_step(trace, n), "switch trims\nper step"),
+        )
+        if any(f(n) for n in trace.rss_kib)
+    ]
+    panels = 2 + len(switch_panels)
+    fig, axes = plt.subplots(panels, 1, figsize=(10, 3.2 * panels + 1.5), sharex=True)
     top, middle = axes[0], axes[1]
     colours = plt.get_cmap("tab20").colors  # 16 or so processes: the default 10 would repeat
     names = sorted(trace.rss_kib)
@@ -513,15 +578,12 @@ def plot(path: Path, trace: Trace, verdict: Verdict, title: str) -> None:
         rss = [trace.rss_kib[name][s] / 1024 for s in steps]
         top.plot(steps, rss, label=name, lw=1, color=colour)
         middle.plot(steps, [trace.fds[name][s] for s in steps], label=name, lw=1, color=colour)
-    if trace.queued_bytes:
-        bottom = axes[2]
-        for name in sorted(trace.queued_bytes):
-            colour = colours[names.index(name) % len(colours)] if name in names else None
-            steps = sorted(trace.queued_bytes[name])
-            bottom.plot(
-                steps, [trace.queued_bytes[name][s] / 1024 for s in steps], lw=1, color=colour
-            )
-        bottom.set_ylabel("switch queues, KiB\n(largest sample per step)")
+        for ax, (figures, _) in zip(axes[2:], switch_panels, strict=True):
+            per = figures(name)
+            if per:
+                ax.plot(sorted(per), [per[s] for s in sorted(per)], lw=1, color=colour)
+    for ax, (_, ylabel) in zip(axes[2:], switch_panels, strict=True):
+        ax.set_ylabel(ylabel)
     for ax in axes:
         ax.axvline(verdict.warmup, color="grey", ls=":", label="end of warm-up")
         ax.grid(alpha=0.3)
@@ -536,9 +598,10 @@ def plot(path: Path, trace: Trace, verdict: Verdict, title: str) -> None:
     plt.close(fig)
 
 
-def data_queue_of(extra: list[str]) -> int:
-    """The data queue per port (bytes, emulation scale) a `forgive run` with `extra` options
-    gives its switches, from the same options and fabric plan the run reads."""
+def queues_of(extra: list[str]) -> dict[str, int]:
+    """The data queue (the program's trimming threshold) and the low and high queues' sizes
+    per port, in bytes at emulation scale, that a `forgive run` with `extra` options gives
+    its switches: from the same options and fabric plan the run reads."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--fabric", default="2to1")
     parser.add_argument("--host-link-mbps", type=float)
@@ -546,7 +609,12 @@ def data_queue_of(extra: list[str]) -> int:
     add_regime_options(parser)
     args, _ = parser.parse_known_args(extra)
     spec = fabric_from(args.fabric, "mininet", args.host_link_mbps, args.byte_scale)
-    return plan(with_regime(spec, args)).thresholds().data_queue_bytes
+    fabric_plan = plan(with_regime(spec, args))
+    endpoints = {n: {"target": "model", "grpc": "-", "control": "-"} for n in fabric_plan.switches}
+    return {
+        "data_queue_bytes": fabric_plan.thresholds().data_queue_bytes,
+        **fabric_plan.controller_description(endpoints)["queues"],
+    }
 
 
 def soak(
@@ -556,7 +624,7 @@ def soak(
     results folder (its logs and records) into `results` (default out/run)."""
     out.mkdir(parents=True, exist_ok=True)
     results = results or out / "run"
-    data_queue = data_queue_of(extra)
+    queues = queues_of(extra)
     policy = "forgive"
     command = [sys.executable, "-m", "commands.forgive", "run", "--steps", str(steps)]
     command += ["--policy", policy, "--timeout", str(timeout), "--out", str(results), *extra]
@@ -577,7 +645,7 @@ def soak(
         run = json.loads((results / "runs.json").read_text())[0]
     except (OSError, ValueError, IndexError):
         run = None
-    allowed = allowances(trace, data_queue, run)
+    allowed = allowances(trace, queues, run)
     verdict = judge(trace, steps, run, proc.returncode, {n: a["kib"] for n, a in allowed.items()})
     doc = {
         "command": command[1:],
@@ -590,7 +658,7 @@ def soak(
             "warmup_end_steps": list(warmup_of(steps)[::-1]),
             "rss_allowed": allowed,
             "fd_growth": FD_GROWTH_BOUND,
-            "data_queue_bytes": data_queue,
+            "queues": queues,
         },
         "verdict": {**asdict(verdict), "held": verdict.held},
         "rss_kib": trace.rss_kib,
