@@ -56,6 +56,14 @@ def test_the_compiled_and_the_plain_path_write_the_same_runs_json(tmp_path, monk
     assert all(compiled.values()), f"a current build was not used: {compiled}"
     ran = (tmp_path / "compiled" / "runs.json").read_bytes()
     assert ran == (tmp_path / "plain" / "runs.json").read_bytes()
+    records = sorted(
+        p.relative_to(tmp_path / "plain") for p in (tmp_path / "plain").rglob("*.jsonl")
+    )
+    assert records, "the run wrote no records"
+    for name in records:  # every host's and rank's records too, not only the summary
+        assert (tmp_path / "compiled" / name).read_bytes() == (
+            tmp_path / "plain" / name
+        ).read_bytes(), name
     assert json.loads(ran)[0]["trims"] > 0  # the run went through trimming and forgiveness
 
 

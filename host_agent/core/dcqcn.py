@@ -208,7 +208,9 @@ class _ReactionPoint:
 
     def __init__(self, params: DcqcnParams) -> None:
         self.params = params
-        self._line = params.line_rate_bps
+        # a float even where the configuration gave an int, as the compiled sender's float
+        # fields hold it, so both paths write the same records
+        self._line = float(params.line_rate_bps)
         self._min = params.rate(params.min_rate_bps)
         self._ai = params.rate(params.rate_ai_bps)
         self._hai = params.rate(params.rate_hai_bps)
