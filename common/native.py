@@ -41,12 +41,14 @@ COMPILED = (
     "common.frames",
     "switch_model.crc16",
     "switch_model.counters",
+    "topologies.virtual",
 )
 """The modules mypyc compiles: the ones the simulator's profile puts each frame through (the
 outer headers, the ECMP hash and the port counters too: an interpreted callee of compiled
 code costs it more than the interpreter would). Left out: host_agent.core.dcqcn and nscc
 (their parameter classes fill `float = None` fields after construction, which a compiled
-class cannot hold), and the engines' drivers, which mostly call SimPy and sockets."""
+class cannot hold), and the agent's driver, which mostly calls sockets. The simulator's
+engine is in: it is glue between SimPy and compiled hosts and switches, called per event."""
 PURE_ENV = "FORGIVE_PURE"
 """Set to 1 to run every module as plain Python although a current build exists."""
 GROUP = "forgive_native"

@@ -57,12 +57,9 @@ from switch_model.pipeline import Pipeline
 from switch_model.port import EgressPort
 from switch_model.surface import load_pipeline
 from switch_model.tables import Forwarding, TableStore
+from topologies.sim_errors import SimulationError
 from workload.plan import TrainingConfig
 from workload.rank import Rank
-
-
-class SimulationError(RuntimeError):
-    """A simulated run that cannot be built or did not end; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +145,7 @@ class VirtualFabric:
                 f"jitter_frames must be a finite number >= 0, got {jitter_frames}"
             )
 
-        self.env = simpy.Environment()
+        self.env = simpy.Environment(initial_time=0.0)  # a float clock from the start
         self.fabric = fabric
         self.delay_s = delay_s
         self.warnings: list[str] = []
@@ -196,24 +193,21 @@ class VirtualFabric:
                 spec = fabric.ports[name, port]
                 if spec.rate_bps is None:
                     raise SimulationError(f"{name}:{port} has no rate: every link needs rate_bps")
-                ports[port] = EgressPort(
-                    port,
-                    rate_bps=spec.rate_bps,
-                    **{
-                        k: v
-                        for k, v in (
-                            ("low_capacity", spec.low_queue_bytes),
-                            ("high_capacity", spec.high_queue_bytes),
-                        )
-                        if v is not None
-                    },
-                )
+                egress = ports[port] = EgressPort(port, rate_bps=spec.rate_bps)
+                if spec.low_queue_bytes is not None:
+                    egress.low_capacity = spec.low_queue_bytes
+                if spec.high_queue_bytes is not None:
+                    egress.high_capacity = spec.high_queue_bytes
             self.counters[name] = CounterArrays(max(ports, default=0) + 1)
             pipeline = Pipeline(ports, self.counters[name], seed=seed * len(switches) + number)
             pipeline.forwarding = forwarding(fabric, name, p4info)
             self.pipelines[name] = pipeline
         for name in switches:
             self._ingress[name] = self._make_ingress(name)
+        self.tap: Callable[[int, bytearray], None] | None = None
+        """If set, called with (host index, frame) for every frame a host receives, before the
+        host takes it: a place to watch the fabric from (the class takes no patches when
+        compiled)."""
         self._stop: simpy.Event | None = None
         self._until: Callable[[], bool] = lambda: False
 
@@ -247,13 +241,14 @@ class VirtualFabric:
         bit = 8.0 / port.rate_bps
         delay = self.delay_s
         peer = self.fabric.neighbors[name][number]
-        if peer in self._host_of:
+        deliver: Callable[[Timeout], None] | None = None  # else the peer switch's ingress,
+        if peer in self._host_of:  # made after this one
             i = self._host_of[peer]
 
-            def deliver(ev: Timeout) -> None:
+            def to_host(ev: Timeout) -> None:
                 self._host_arrival(i, ev._value)
-        else:
-            deliver = None  # the peer switch's ingress, made after this one
+
+            deliver = to_host
 
         def depart(event: Timeout | None) -> None:
             now = env._now
@@ -263,7 +258,7 @@ class VirtualFabric:
                 pipeline.egress(number, received)
                 self.frames_moved += 1
                 Timeout(env, len(frame) * bit + delay, frame).callbacks.append(
-                    deliver or self._ingress[peer]
+                    deliver if deliver is not None else self._ingress[peer]
                 )
             at = port.next_departure()
             if at is None:
@@ -276,6 +271,9 @@ class VirtualFabric:
     # ----- hosts ----------------------------------------------------------------------------
 
     def _host_arrival(self, i: int, frame: bytearray) -> None:
+        tap = self.tap
+        if tap is not None:
+            tap(i, frame)
         self.hosts[i].receive_frame(frame, self.env._now)
         self._flush(i)
 
@@ -328,7 +326,8 @@ class VirtualFabric:
         if host.pump(apps, now, lambda frames: self._transmit(i, frames, now)):
             woken = True
         due = host.wakeup(apps)
-        if due is not None and (self._wake_at[i] is None or due < self._wake_at[i]):
+        wake_at = self._wake_at[i]
+        if due is not None and (wake_at is None or due < wake_at):
             self._wake_at[i] = due
             wake = self._wake[i] = Timeout(env, due - now if due > now else 0.0, i)
             wake.callbacks.append(self._host_timer)
@@ -471,7 +470,7 @@ def train_jobs(
     )
     if outs is None:
         outs = [io.StringIO() for job in jobs for _ in job.placement]
-    ranks = []
+    ranks: list[Rank] = []
     for job in jobs:
         ranks_cfg = replace(job.cfg, ranks=tuple(where[i].ip for i in job.placement))
         ranks_cfg.validate()
