@@ -4,12 +4,12 @@ Run: `.venv/bin/python benchmarks/bench_sim.py [--quick]`. In one run it prints
 
 - the protocol core's DATA-out-plus-ACK-in packets per second (bench_core's sender loop),
   the reference everything else is divided by, since this machine's load moves both;
-- simulated frames per second (each frame counted once per link it crosses) and SimPy
+- simulated frames per second (each frame counted once per link it crosses) and engine
   events per second on the note's 4:1 fabric with the note's job, and their ratio to the
   core's rate (goal: at least 0.5);
-- SimPy's own share of that run: its measured cost per event (a bare event loop with the
-  same number of events pending) times the run's events, over the run's wall time (the
-  issue's threshold for replacing SimPy: a third);
+- the event loop's own share of that run: its measured cost per event (the engine's
+  `Clock` with the same number of events pending and a callback that does nothing but
+  schedule the next) times the run's events, over the run's wall time;
 - the wall time of the 64-rank, 20-step run at the default byte scale (goal: 10 minutes);
 - how the wall time grows with ranks (8, 16, 32, 64, three steps) and with bytes (16 ranks,
   three steps, byte scale 128, 64, 32).
@@ -34,9 +34,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import simpy
-from simpy.events import Timeout
-
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_core import best_rate, sender_run
 
@@ -44,10 +41,10 @@ from common import native
 from topologies.fabric import FabricSpec
 from topologies.runplan import JOBS, RunConfig
 from topologies.simulated import DEFAULT_BYTE_SCALE, run_simulated, sim_scaling
+from topologies.virtual import Clock
 
 GOAL_RATIO = 0.5
 GOAL_WALL_S = 600.0
-SIMPY_LIMIT = 1 / 3
 GOAL_SPEEDUP = 5.0
 """DATA packets per second against the code of issue 23's start (1cb5452), side by side."""
 GOAL_FLAT = 1.3
@@ -166,20 +163,21 @@ def simulate(ranks: int, steps: int, byte_scale: float = DEFAULT_BYTE_SCALE) -> 
     return stats
 
 
-def simpy_cost_per_event(pending: int, events: int = 400_000) -> float:
-    """Seconds SimPy takes per event (schedule, pop, one callback) with `pending` queued."""
-    env = simpy.Environment()
+def loop_cost_per_event(pending: int, events: int = 400_000) -> float:
+    """Seconds the engine's clock takes per event (schedule, pop, one callback) with
+    `pending` queued."""
+    clock = Clock()
     left = [events]
 
-    def again(event):
+    def again(value: object) -> None:
         if left[0]:
             left[0] -= 1
-            Timeout(env, 1e-6).callbacks.append(again)
+            clock.at(1e-6, again)
 
     for _ in range(pending):
-        Timeout(env, 1e-6).callbacks.append(again)
+        clock.at(1e-6, again)
     started = time.perf_counter()
-    env.run()
+    clock.run()
     return (time.perf_counter() - started) / (events + pending)
 
 
@@ -200,11 +198,11 @@ def main() -> None:
     base = simulate(64, 2)
     frames_s = base["frames"] / base["wall_s"]
     events_s = base["events"] / base["wall_s"]
-    per_event = simpy_cost_per_event(pending=200)
+    per_event = loop_cost_per_event(pending=200)
     share = per_event * base["events"] / base["wall_s"]
     print(
         f"64 ranks, 2 steps: {base['wall_s']:.1f} s wall, {base['data_packets']:,} DATA packets, "
-        f"{base['frames']:,} frames over links, {base['events']:,} SimPy events"
+        f"{base['frames']:,} frames over links, {base['events']:,} events"
     )
     print(
         f"simulated frames/s {frames_s:,.0f} ({frames_s / core:.3f} of the core's rate), "
@@ -213,10 +211,7 @@ def main() -> None:
         f"({events_s / core:.3f}); goal {GOAL_RATIO} for frames: "
         f"{'met' if frames_s / core >= GOAL_RATIO else 'missed'}"
     )
-    print(
-        f"SimPy: {per_event * 1e6:.2f} us per event, {share:.1%} of the run "
-        f"({'under' if share < SIMPY_LIMIT else 'over'} the third that would justify replacing it)"
-    )
+    print(f"event loop: {per_event * 1e6:.2f} us per event, {share:.1%} of the run")
 
     print("growth with ranks (3 steps, byte scale 64; CPU time of the whole run):")
     by_ranks = {}

@@ -3,7 +3,7 @@
 The run plan (`topologies.runplan.plan_run`: the fabric plan, every host's
 endpoint and every rank's training configuration) and the controller's
 description and table entries are the ones an emulated run is given; only the
-engine differs (`topologies.virtual`: SimPy, no processes, no root). The run writes the
+engine differs (`topologies.virtual`: virtual time, no processes, no root). The run writes the
 same per-host records (`<host>.train.jsonl`, `<host>.agent.jsonl`) and is
 collected by the same `topologies.collect`, so its RunResult, runs.json,
 table and plots read exactly like an emulated run's.
@@ -63,7 +63,7 @@ def run_simulated(
 ) -> RunResult:
     """Simulate one policy and seed; the records go to `out_dir` as an emulated run's do.
     Raises RunError when the run fails. `engine_stats`, if given, receives what the engine
-    did: SimPy events, frames moved over links, wall and virtual seconds."""
+    did: events, frames moved over links, wall and virtual seconds."""
     time_scale = config.fabric.scaling.time_scale
     run = plan_run(config, out_dir, LINK_DELAY_S * time_scale)
     fabric_plan = run.fabric

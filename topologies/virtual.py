@@ -1,4 +1,4 @@
-"""A whole fabric in virtual time on SimPy: the same hosts, ranks and switch pipelines, no sockets.
+"""A whole fabric in virtual time: the same hosts, ranks and switch pipelines, no sockets.
 
 This is the project's one virtual-time engine (`forgive run --engine sim`,
 the tests without root, the simulator benchmark). Every host is the sans-IO
@@ -8,7 +8,7 @@ switch model's own `Pipeline` and `EgressPort`s, with the table entries the
 controller would write to a real one (`controller.fabric_control.switch_entries`
 applied through `switch_model.tables.TableStore`). The engine only moves
 frames along links, with serialisation at each sender's line rate and a
-propagation delay, and advances SimPy's clock to the next thing due:
+propagation delay, and advances its clock (`Clock`) to the next thing due:
 
 - a host sends what `frames_to_send` returns, one frame after another on its
   NIC, and is woken at `get_timer` (its own or an application's, whichever
@@ -19,7 +19,7 @@ propagation delay, and advances SimPy's clock to the next thing due:
 
 Nothing here decides anything about a packet. All randomness is seeded
 (each switch's marking draw, each host's ports and the protocol's draws, the
-link jitter below), and SimPy breaks ties between simultaneous events in the
+link jitter below), and the clock breaks ties between simultaneous events in the
 order they were scheduled, so one seed gives the same run, byte for byte.
 
 Exact timing has one artifact a real fabric lacks: senders paced at the same
@@ -36,14 +36,12 @@ order behind the host's earlier frames kept. 0, the default, is exact timing
 
 from __future__ import annotations
 
+import heapq
 import io
 import random
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
-from typing import IO
-
-import simpy
-from simpy.events import Timeout
+from typing import IO, Any
 
 from common.frames import mac_text
 from common.wire import DATA_FRAME_LEN
@@ -60,6 +58,80 @@ from switch_model.tables import Forwarding, TableStore
 from topologies.sim_errors import SimulationError
 from workload.plan import TrainingConfig
 from workload.rank import Rank
+
+_FIRST = 0
+"""Priority of what must run before anything else due at the same instant (a process's
+start, as SimPy's URGENT)."""
+_NORMAL = 1
+
+
+class Clock:
+    """The engine's event loop: a heap of (time, priority, order, callback, value), run in
+    that order, so events due at the same instant run in the order they were scheduled.
+
+    It keeps SimPy's order and arithmetic (an event `delay` after `now` is due at `now +
+    delay`; a process starts before the other events of its instant) with one callback and
+    no event object per event: the simulator schedules two to three per frame over a link.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.current = 0
+        """The order of the event being run (each scheduled event gets the next)."""
+        self.scheduled = 0
+        """Events scheduled so far."""
+        self._queue: list[tuple[float, int, int, Callable[[Any], None], Any]] = []
+        self._stopped = False
+
+    def at(self, delay: float, callback: Callable[[Any], None], value: Any = None) -> int:
+        """Run `callback(value)` `delay` seconds from now; returns the event's order."""
+        self.scheduled = order = self.scheduled + 1
+        heapq.heappush(self._queue, (self.now + delay, _NORMAL, order, callback, value))
+        return order
+
+    def timeout(self, delay: float) -> float:
+        """What a `process` yields to sleep `delay` seconds."""
+        return delay
+
+    def process(self, generator: Generator[float, None, None]) -> None:
+        """Run `generator` from now on, sleeping for each delay it yields."""
+        self.scheduled = order = self.scheduled + 1
+        heapq.heappush(self._queue, (self.now, _FIRST, order, self._resume, generator))
+
+    def _resume(self, generator: Generator[float, None, None]) -> None:
+        try:
+            delay = next(generator)
+        except StopIteration:
+            return
+        self.at(delay, self._resume, generator)
+
+    def stop(self) -> None:
+        """End `run` after the callback running now."""
+        self._stopped = True
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def run(self, until: float | None = None) -> bool:
+        """Run events in order until `stop`, the queue is empty or (with `until`) the next
+        is due at or after `until`, when the clock moves to `until`. True if stopped."""
+        queue = self._queue
+        pop = heapq.heappop
+        self._stopped = False
+        while queue:
+            if until is not None and queue[0][0] >= until:
+                self.now = until
+                return False
+            when, _, order, callback, value = pop(queue)
+            self.now = when
+            self.current = order
+            callback(value)
+            if self._stopped:
+                return True
+        if until is not None:
+            self.now = until
+        return False
 
 
 @dataclass(frozen=True)
@@ -116,7 +188,7 @@ def forwarding(fabric: Fabric, switch: str, p4info) -> Forwarding:
 
 
 class VirtualFabric:
-    """Hosts and switches of one fabric description, driven in SimPy's virtual time.
+    """Hosts and switches of one fabric description, driven in virtual time by a `Clock`.
 
     `host` is every host's configuration, or one per host in host order; its
     endpoint's `line_rate_bps` is the NIC rate (each host's own address and
@@ -145,7 +217,7 @@ class VirtualFabric:
                 f"jitter_frames must be a finite number >= 0, got {jitter_frames}"
             )
 
-        self.env = simpy.Environment(initial_time=0.0)  # a float clock from the start
+        self.env = Clock()
         self.fabric = fabric
         self.delay_s = delay_s
         self.warnings: list[str] = []
@@ -178,7 +250,9 @@ class VirtualFabric:
         self._host_last = [0.0] * len(self.hosts)
         """Per host, when its latest frame reaches its switch port (a late frame's successors
         are not earlier)."""
-        self._wake: list[Timeout | None] = [None] * len(self.hosts)
+        self._wake: list[int] = [0] * len(self.hosts)
+        """Per host, the order of its pending wake-up event (0: none); an earlier one
+        supersedes it."""
         self._wake_at: list[float | None] = [None] * len(self.hosts)
         self.counters: dict[str, CounterArrays] = {}
         self.pipelines: dict[str, Pipeline] = {}
@@ -208,7 +282,10 @@ class VirtualFabric:
         """If set, called with (host index, frame) for every frame a host receives, before the
         host takes it: a place to watch the fabric from (the class takes no patches when
         compiled)."""
-        self._stop: simpy.Event | None = None
+        self._running = False
+        """In `run`, which stops once the run's end holds."""
+        self._runs = 0
+        """Calls of `run` so far: a limit left from an earlier one does not stop a later one."""
         self._until: Callable[[], bool] = lambda: False
 
     # ----- switches -----------------------------------------------------------------------
@@ -224,8 +301,8 @@ class VirtualFabric:
             for number, port in pipeline.ports.items()
         }
 
-        def arrive(event: Timeout) -> None:
-            port = process(event._value, env._now)
+        def arrive(frame: bytearray) -> None:
+            port = process(frame, env.now)
             if port is not None and port.number not in busy:
                 # An idle port starts on the frame at once, as a wire does.
                 busy.add(port.number)
@@ -241,30 +318,32 @@ class VirtualFabric:
         bit = 8.0 / port.rate_bps
         delay = self.delay_s
         peer = self.fabric.neighbors[name][number]
-        deliver: Callable[[Timeout], None] | None = None  # else the peer switch's ingress,
+        deliver: Callable[[bytearray], None] | None = None  # else the peer switch's ingress,
         if peer in self._host_of:  # made after this one
             i = self._host_of[peer]
 
-            def to_host(ev: Timeout) -> None:
-                self._host_arrival(i, ev._value)
+            def to_host(frame: bytearray) -> None:
+                self._host_arrival(i, frame)
 
             deliver = to_host
 
-        def depart(event: Timeout | None) -> None:
-            now = env._now
+        def depart(_: object) -> None:
+            now = env.now
             popped = port.dequeue(now)
             if popped is not None:
                 frame, received = popped
                 pipeline.egress(number, received)
                 self.frames_moved += 1
-                Timeout(env, len(frame) * bit + delay, frame).callbacks.append(
-                    deliver if deliver is not None else self._ingress[peer]
+                env.at(
+                    len(frame) * bit + delay,
+                    deliver if deliver is not None else self._ingress[peer],
+                    frame,
                 )
             at = port.next_departure()
             if at is None:
                 busy.discard(number)
                 return
-            Timeout(env, at - now if at > now else 0.0).callbacks.append(depart)
+            env.at(at - now if at > now else 0.0, depart)
 
         return depart
 
@@ -274,15 +353,15 @@ class VirtualFabric:
         tap = self.tap
         if tap is not None:
             tap(i, frame)
-        self.hosts[i].receive_frame(frame, self.env._now)
+        self.hosts[i].receive_frame(frame, self.env.now)
         self._flush(i)
 
-    def _host_timer(self, event: Timeout) -> None:
-        i = event._value
-        if self._wake[i] is not event:
+    def _host_timer(self, i: int) -> None:
+        if self._wake[i] != self.env.current:
             return  # superseded by an earlier wake-up
-        self._wake[i] = self._wake_at[i] = None
-        now = self.env._now
+        self._wake[i] = 0
+        self._wake_at[i] = None
+        now = self.env.now
         self.hosts[i].handle_timer(now)
         woken = False
         for app in self.apps[i]:
@@ -308,9 +387,9 @@ class VirtualFabric:
                 at = free + delay + self._jitter_rng[i].random() * jitter
                 last = self._host_last[i]
                 at = self._host_last[i] = at if at > last else last
-                Timeout(env, at - now, frame).callbacks.append(ingress)
+                env.at(at - now, ingress, frame)
             else:
-                Timeout(env, free + delay - now, frame).callbacks.append(ingress)
+                env.at(free + delay - now, ingress, frame)
         self._host_free[i] = free
         self.frames_moved += len(frames)
 
@@ -320,7 +399,7 @@ class VirtualFabric:
         The run's end is checked when an application was `woken` or handed an event: nothing
         else moves it."""
         env = self.env
-        now = env._now
+        now = env.now
         host = self.hosts[i]
         apps = self.apps[i]
         if host.pump(apps, now, lambda frames: self._transmit(i, frames, now)):
@@ -329,11 +408,10 @@ class VirtualFabric:
         wake_at = self._wake_at[i]
         if due is not None and (wake_at is None or due < wake_at):
             self._wake_at[i] = due
-            wake = self._wake[i] = Timeout(env, due - now if due > now else 0.0, i)
-            wake.callbacks.append(self._host_timer)
-        if woken and self._stop is not None and self._until():
-            self._stop.succeed()
-            self._stop = None
+            self._wake[i] = env.at(due - now if due > now else 0.0, self._host_timer, i)
+        if woken and self._running and self._until():
+            env.stop()
+            self._running = False
 
     # ----- running ----------------------------------------------------------------------------
 
@@ -343,8 +421,8 @@ class VirtualFabric:
 
     @property
     def events(self) -> int:
-        """SimPy events scheduled so far (its own event counter)."""
-        return next(self.env._eid) - 1
+        """Events scheduled so far."""
+        return self.env.scheduled
 
     def start(self) -> None:
         """Let every host send what it has and arm its first timer (after its apps started)."""
@@ -357,21 +435,22 @@ class VirtualFabric:
         if until():
             return
         self._until = until
-        stop = self._stop = self.env.event()
-        limit = self.env.timeout(limit_s - self.env.now)
-        try:
-            self.env.run(until=stop | limit)
-        except RuntimeError as err:
-            if "No scheduled events" not in str(err):
-                raise
-            raise SimulationError(
-                f"the fabric went idle at {self.env.now:.6f} s before the run ended"
-            ) from None
-        if not stop.triggered:
-            self._stop = None
-            if not self.env._queue:
-                raise SimulationError(f"the fabric went idle before {limit_s} s of virtual time")
-            raise SimulationError(f"the run did not end within {limit_s} s of virtual time")
+        self._running = True
+        self._runs += 1
+        env = self.env
+        env.at(limit_s - env.now, self._limit, self._runs)
+        env.run()
+        if not self._running:
+            return  # the run's end held
+        self._running = False
+        if not env.pending:
+            raise SimulationError(f"the fabric went idle before {limit_s} s of virtual time")
+        raise SimulationError(f"the run did not end within {limit_s} s of virtual time")
+
+    def _limit(self, run: int) -> None:
+        """The time limit of `run`'s call number `run`: it ends without the run's end holding."""
+        if run == self._runs and self._running:
+            self.env.stop()
 
     def switch_totals(self) -> dict[str, dict[str, int]]:
         """Per switch, its counters summed over its ports (as the runner reads real ones)."""
@@ -504,7 +583,7 @@ def train(
 
     Each host's statistics go to `logs` (in host order) and each rank's records to `outs`
     (in rank order), in memory unless given; `watch(sim, ranks)`, if given, runs beside them
-    as a SimPy process (to sample counters). Returns the fabric, the ranks and `outs`."""
+    as a `Clock` process (to sample counters). Returns the fabric, the ranks and `outs`."""
     order = list(range(len(host_ports(fabric)))) if placement is None else placement
     return train_jobs(
         [Job(cfg, order, host)],
