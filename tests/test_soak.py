@@ -18,6 +18,7 @@ from topologies.collect import CollectError, StepProgress
 from topologies.fabric import plan, preset
 from topologies.runplan import RunConfig, plan_run
 from topologies.soak import (
+    BMV2_PACKET_BYTES,
     FD_GROWTH_BOUND,
     NATIVE_SLACK_KIB,
     PYTHON_SLACK_KIB,
@@ -145,8 +146,8 @@ def test_allowances_are_the_queues_the_messages_and_the_timeline(tmp_path):
     model_kib = got["switch leaf1"]["kib"] - PYTHON_SLACK_KIB
     bare = 3 * (low * DATA_FRAME_LEN + high * TRIMMED_FRAME_LEN) / 1024
     assert bare < model_kib < bare + 3 * (low + high) * 200 / 1024
-    # BMv2: every packet in a buffer of its arrival length and 512 bytes
-    held = 2 * (low + high) * (DATA_FRAME_LEN + 512)
+    # BMv2: what it was measured to hold per packet queued, a frame or a trimmed header
+    held = 2 * (low * BMV2_PACKET_BYTES["full"] + high * BMV2_PACKET_BYTES["header"])
     assert got["switch spine1"]["kib"] == NATIVE_SLACK_KIB - (-held // 1024)
     cfg = entry.training
     sent = 2 * (len(cfg.ranks) - 1) * (cfg.grad_bytes // len(cfg.ranks))  # the ring, each way

@@ -65,8 +65,12 @@ its small objects' memory in arenas of 1 MiB, and one more arena may be touched.
 NATIVE_SLACK_KIB = 128
 """The same for a C/C++ process: glibc's malloc grows its heap by the request and 128 KiB
 of padding (M_TOP_PAD)."""
-BMV2_HEADROOM = 512
-"""simple_switch allocates each received packet's buffer as its length plus 512 bytes."""
+BMV2_PACKET_BYTES = {"full": 61_264, "header": 57_082}
+"""What simple_switch_grpc with forgive.p4 holds per packet queued, measured by
+`benchmarks/bmv2_packet_memory.py` (BMv2 1.15.5 built here, 2026-12-02: 61,149-61,264 B per
+4154-byte DATA frame, 56,930-57,082 B per 58-byte trimmed header, over 3 batches of 1,000):
+the packet's buffer (its length and 512 bytes) is the least of it; most is its header
+vector (one per packet alive, from a pool that keeps them)."""
 FD_GROWTH_BOUND = 0
 """How many more descriptors a process may hold over the last tenth of the steps than over
 the first tenth after warm-up, counting the fewest it held in each (a descriptor open for
@@ -345,9 +349,8 @@ def allowances(trace: Trace, queues: dict[str, int], run: dict | None) -> dict[s
       frames and the one admitted last) and the high queue what the run sizes it to
       (`high_queue_bytes`: on BMv2 that many bytes of 58-byte packets is its depth, on the
       model its byte capacity). The model holds a frame as a bytearray of its length and
-      a queue entry (measured here with sys.getsizeof); BMv2 holds every packet in a
-      buffer of the length it arrived with and 512 bytes more, trimmed or not. Plus the
-      allocator's slack;
+      a queue entry (measured here with sys.getsizeof); BMv2 holds about 60 KB per
+      packet, trimmed or not (BMV2_PACKET_BYTES, measured). Plus the allocator's slack;
     - a rank's trainer: two steps' messages, sent and received (a rank keeps a step until
       the next has finished: `Rank._forget`), and a Python arena;
     - the `forgive run` process: its trims timeline, which grows by one sample each
@@ -368,7 +371,7 @@ def allowances(trace: Trace, queues: dict[str, int], run: dict | None) -> dict[s
                 full = sys.getsizeof(bytearray(DATA_FRAME_LEN)) + entry
                 header = sys.getsizeof(bytearray(TRIMMED_FRAME_LEN)) + entry
             else:
-                full = header = DATA_FRAME_LEN + BMV2_HEADROOM
+                full, header = BMV2_PACKET_BYTES["full"], BMV2_PACKET_BYTES["header"]
             held = ports * (low * full + high * header)
             why = f"{ports} ports x ({low} x {full} B + {high} x {header} B)"
         elif name.startswith("trainer ") and "--host" in argv:
@@ -661,6 +664,7 @@ def soak(
             "queues": queues,
         },
         "verdict": {**asdict(verdict), "held": verdict.held},
+        "argv": trace.argv,
         "rss_kib": trace.rss_kib,
         "fds": trace.fds,
         "switch_queues": {
