@@ -48,7 +48,8 @@ outer headers, the ECMP hash and the port counters too: an interpreted callee of
 code costs it more than the interpreter would). Left out: host_agent.core.dcqcn and nscc
 (their parameter classes fill `float = None` fields after construction, which a compiled
 class cannot hold), and the agent's driver, which mostly calls sockets. The simulator's
-engine is in: it is glue between SimPy and compiled hosts and switches, called per event."""
+engine is in: its event loop (`Clock`) and the glue between it and the compiled hosts and
+switches run per event."""
 PURE_ENV = "FORGIVE_PURE"
 """Set to 1 to run every module as plain Python although a current build exists."""
 GROUP = "forgive_native"
@@ -154,7 +155,7 @@ def build() -> None:
     MANIFEST.unlink(missing_ok=True)
     options = [
         "--follow-imports=silent",  # type errors elsewhere do not stop the build
-        "--ignore-missing-imports",  # grpc, p4runtime, simpy: untyped
+        "--ignore-missing-imports",  # grpc, p4runtime: untyped
         "--disable-error-code=func-returns-value",  # `return self.drop(...)`, the P4 style
     ]
     sources = [str(source_path(m).relative_to(ROOT)) for m in COMPILED]
