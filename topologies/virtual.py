@@ -278,6 +278,8 @@ class VirtualFabric:
             self.pipelines[name] = pipeline
         for name in switches:
             self._ingress[name] = self._make_ingress(name)
+        self._send = [self._make_sender(i) for i in range(len(self.hosts))]
+        """Per host, what Host.pump sends its frames with (`_make_sender`)."""
         self.tap: Callable[[int, bytearray], None] | None = None
         """If set, called with (host index, frame) for every frame a host receives, before the
         host takes it: a place to watch the fabric from (the class takes no patches when
@@ -371,27 +373,34 @@ class VirtualFabric:
                 woken = True
         self._flush(i, woken)
 
-    def _transmit(self, i: int, frames: list, now: float) -> None:
-        """Host `i`'s frames onto its link, back to back from when the link is free, each
-        reaching its switch port a link delay (and its jitter) after its last bit."""
+    def _make_sender(self, i: int) -> Callable[[list], None]:
+        """Host `i`'s `send` for Host.pump: its frames onto its link, back to back from when
+        the link is free, each reaching its switch port a link delay (and its jitter) after
+        its last bit. Made once per host, so that a pump makes no callback of its own."""
         env = self.env
         bit = self._host_bit[i]
         delay = self.delay_s
         ingress = self._ingress[self.attachments[i].switch]
-        free = self._host_free[i]
         jitter = self._jitter[i]
-        for parts in frames:
-            frame = bytearray().join(parts)
-            free = (free if free > now else now) + len(frame) * bit
-            if jitter:
-                at = free + delay + self._jitter_rng[i].random() * jitter
-                last = self._host_last[i]
-                at = self._host_last[i] = at if at > last else last
-                env.at(at - now, ingress, frame)
-            else:
-                env.at(free + delay - now, ingress, frame)
-        self._host_free[i] = free
-        self.frames_moved += len(frames)
+        rng = self._jitter_rng[i]
+
+        def transmit(frames: list) -> None:
+            now = env.now
+            free = self._host_free[i]
+            for parts in frames:
+                frame = bytearray().join(parts)
+                free = (free if free > now else now) + len(frame) * bit
+                if jitter:
+                    at = free + delay + rng.random() * jitter
+                    last = self._host_last[i]
+                    at = self._host_last[i] = at if at > last else last
+                    env.at(at - now, ingress, frame)
+                else:
+                    env.at(free + delay - now, ingress, frame)
+            self._host_free[i] = free
+            self.frames_moved += len(frames)
+
+        return transmit
 
     def _flush(self, i: int, woken: bool = False) -> None:
         """Host `i` sends what is due and hands its events to its applications until quiet
@@ -402,7 +411,7 @@ class VirtualFabric:
         now = env.now
         host = self.hosts[i]
         apps = self.apps[i]
-        if host.pump(apps, now, lambda frames: self._transmit(i, frames, now)):
+        if host.pump(apps, now, self._send[i]):
             woken = True
         due = host.wakeup(apps)
         wake_at = self._wake_at[i]
