@@ -135,8 +135,9 @@ class RunConfig:
             parse_policy(self.policy)
             if self.companion is not None:
                 parse_policy(self.companion)
-            for job in range(len(self.jobs(plan(self.fabric)))):
-                self.training_config(plan(self.fabric), rank=0, job=job).validate()
+            fabric_plan = plan(self.fabric)
+            for job in range(len(self.jobs(fabric_plan))):
+                self.training_config(fabric_plan, rank=0, job=job).validate()
         except ValueError as err:
             raise RunError(str(err)) from None
         if self.switch == "bmv2" and self.engine == "mininet":
