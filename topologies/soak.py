@@ -270,21 +270,24 @@ class Trace:
 
     def add(self, step: int, name: str, rss: int, fds: int) -> None:
         self.steps.add(step)
-        for into, value in ((self.rss_kib, rss), (self.fds, fds)):
-            per = into.setdefault(name, {})
-            per[step] = max(per.get(step, 0), value)
+        _keep_largest(self.rss_kib, name, step, rss)
+        _keep_largest(self.fds, name, step, fds)
 
     def add_switch(
         self, step: int, name: str, queues: tuple[int, int] | None, trims: int | None
     ) -> None:
         if queues is not None:
             low, high = queues
-            for into, value in ((self.queued_bytes, low + high), (self.high_bytes, high)):
-                per = into.setdefault(name, {})
-                per[step] = max(per.get(step, 0), value)
+            _keep_largest(self.queued_bytes, name, step, low + high)
+            _keep_largest(self.high_bytes, name, step, high)
         if trims is not None:
-            per = self.trims.setdefault(name, {})
-            per[step] = max(per.get(step, 0), trims)
+            _keep_largest(self.trims, name, step, trims)
+
+
+def _keep_largest(into: dict[str, dict[int, int]], name: str, step: int, value: int) -> None:
+    """`value` as `name`'s figure for `step` if it is the largest sampled there so far."""
+    per = into.setdefault(name, {})
+    per[step] = max(per.get(step, 0), value)
 
 
 def fresh_records(run_dir: Path, since: float) -> list[Path]:
