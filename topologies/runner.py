@@ -236,7 +236,7 @@ class FabricRun:
         and have the controller, which sees its stream end, configure it again; otherwise
         end the run naming it (`_check_switches`)."""
         for switch in self.net.switches:
-            if switch.process is None or switch.process.poll() is None:
+            if not _exited(switch):
                 continue
             if len(self.restarts) >= self.config.switch_restarts:
                 self._check_switches()
@@ -274,7 +274,7 @@ class FabricRun:
     def _restart_due(self) -> bool:
         """A switch's process has exited and the run's restart allowance is not spent."""
         return len(self.restarts) < self.config.switch_restarts and any(
-            s.process is not None and s.process.poll() is not None for s in self.net.switches
+            _exited(s) for s in self.net.switches
         )
 
     def _check_switches(self) -> None:
@@ -321,10 +321,9 @@ class FabricRun:
         restarted switch counts from zero again, so what it had counted at the last sample
         before it exited is added (what it counted after that sample is lost with it)."""
         totals = {}
-        processes = {s.name: s.process for s in self.net.switches}
+        switches = {s.name: s for s in self.net.switches}
         for name in self.plan.switches:
-            process = processes.get(name)
-            if process is not None and process.poll() is not None:
+            if name in switches and _exited(switches[name]):
                 # Not read: the client would first wait its whole timeout (5 s) for the dead
                 # switch to answer a reconnect, and the restart would come after the flows
                 # through it had given up (15 timeout rounds, about 4 s at bytes / 64).
