@@ -89,10 +89,6 @@ class Clock:
         heapq.heappush(self._queue, (self.now + delay, _NORMAL, order, callback, value))
         return order
 
-    def timeout(self, delay: float) -> float:
-        """What a `process` yields to sleep `delay` seconds."""
-        return delay
-
     def process(self, generator: Generator[float, None, None]) -> None:
         """Run `generator` from now on, sleeping for each delay it yields."""
         self.scheduled = order = self.scheduled + 1
