@@ -39,7 +39,7 @@ class RunError(RuntimeError):
 
 @dataclass(frozen=True)
 class Workload:
-    """The training job at fabric scale; `RunConfig.training_args` shrinks it by the scaling rule."""
+    """The training job at fabric scale; `RunConfig.training_config` shrinks it by the scaling rule."""
 
     steps: int = 20
     grad_bytes: int = 64 << 20
