@@ -95,14 +95,14 @@ class StepEntry:
 
     def state(self) -> StepState:
         return StepState(
-            self.p,
-            self.budget,
-            self.expected,
-            self.received,
-            self.forgiven,
-            self.outstanding,
-            self.open,
-            self.excess,
+            p=self.p,
+            budget=self.budget,
+            expected=self.expected,
+            received=self.received,
+            forgiven=self.forgiven,
+            outstanding=self.outstanding,
+            open=self.open,
+            excess=self.excess,
         )
 
 
@@ -151,19 +151,19 @@ class RxFlow:
 
     def state(self) -> RxFlowState:
         return RxFlowState(
-            self.rcv_nxt,
-            self.exemption_eligible,
-            self.complete,
-            self.total,
-            self.step,
-            self.gradient,
-            self.received_bytes,
-            self.forgiven_bytes,
-            self.trims,
-            self.ce_marks,
-            self.cnps_sent,
-            sum(e - s for s, e, st in self.scoreboard if st not in SETTLED),
-            self.scoreboard.count(State.OUTSTANDING),
+            rcv_nxt=self.rcv_nxt,
+            exemption_eligible=self.exemption_eligible,
+            complete=self.complete,
+            total=self.total,
+            step=self.step,
+            gradient=self.gradient,
+            received_bytes=self.received_bytes,
+            forgiven_bytes=self.forgiven_bytes,
+            trims=self.trims,
+            ce_marks=self.ce_marks,
+            cnps_sent=self.cnps_sent,
+            requested_bytes=sum(e - s for s, e, st in self.scoreboard if st not in SETTLED),
+            outstanding_bytes=self.scoreboard.count(State.OUTSTANDING),
         )
 
 
@@ -234,12 +234,12 @@ class ForgiveReceiver:
         unknown = rejected["unknown_flow"]
         counts = self._counts
         return ReceiverCounts(
-            rejected.total() - unknown,
-            unknown,
-            counts["data"],
-            counts["trimmed"],
-            counts["duplicate"],
-            counts["finished"],
+            malformed=rejected.total() - unknown,
+            unknown_flow=unknown,
+            data=counts["data"],
+            trimmed=counts["trimmed"],
+            duplicate=counts["duplicate"],
+            finished=counts["finished"],
         )
 
     # -- the host-local facts -------------------------------------------------

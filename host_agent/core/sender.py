@@ -147,32 +147,32 @@ class TxFlow:
     def state(self) -> TxFlowState:
         rate = self.rate
         return TxFlowState(
-            self.cc_mode,
-            rate.current,
-            rate.alpha,
-            self.size,
-            self.acked_bytes,
-            self.sent_bytes,
-            self.sent_packets,
-            self.retransmitted_bytes,
-            self.done,
-            self.failed,
-            self.cnps,
-            self.cnps_ignored,
-            self.nacks,
-            self.rtos,
-            self.path.srtt,
-            self.rtt_max,
-            self.late_acks,
-            self.rto,
-            rate.cuts_due - self.cuts_at_open,
-            rate.mark_cuts_due - self.mark_cuts_at_open,
-            self.mode_changes,
-            self.exempt_time,
-            self.obeying_again_time,
-            self.opened,
-            self.finished,
-            self.window_state(),
+            cc_mode=self.cc_mode,
+            rate_bps=rate.current,
+            alpha=rate.alpha,
+            size=self.size,
+            acked_bytes=self.acked_bytes,
+            sent_bytes=self.sent_bytes,
+            sent_packets=self.sent_packets,
+            retransmitted_bytes=self.retransmitted_bytes,
+            done=self.done,
+            failed=self.failed,
+            cnps=self.cnps,
+            cnps_ignored=self.cnps_ignored,
+            nacks=self.nacks,
+            rtos=self.rtos,
+            srtt=self.path.srtt,
+            rtt_max=self.rtt_max,
+            late_acks=self.late_acks,
+            rto=self.rto,
+            rate_cuts=rate.cuts_due - self.cuts_at_open,
+            mark_cuts=rate.mark_cuts_due - self.mark_cuts_at_open,
+            mode_changes=self.mode_changes,
+            exempt_time=self.exempt_time,
+            obeying_again_time=self.obeying_again_time,
+            opened=self.opened,
+            finished=self.finished,
+            window=self.window_state(),
         )
 
     def window_state(self) -> WindowState | None:
@@ -180,7 +180,12 @@ class TxFlow:
         rate = self.rate
         if not isinstance(rate, NsccWindow):
             return None
-        return WindowState(rate.window, rate.max_window, rate.base_rtt, rate.avg_delay)
+        return WindowState(
+            window_bytes=rate.window,
+            max_window_bytes=rate.max_window,
+            base_rtt=rate.base_rtt,
+            avg_delay=rate.avg_delay,
+        )
 
 
 @dataclass(frozen=True)
@@ -297,7 +302,9 @@ class ForgiveSender:
     def stats(self) -> SenderCounts:
         rejected = self.rejected
         unknown = rejected["unknown_flow"]
-        return SenderCounts(rejected.total() - unknown - rejected["failed_flow"], unknown)
+        return SenderCounts(
+            malformed=rejected.total() - unknown - rejected["failed_flow"], unknown_flow=unknown
+        )
 
     # -- flows ---------------------------------------------------------------
 
