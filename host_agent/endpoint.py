@@ -542,7 +542,7 @@ class Endpoint:
         flow = self._receiving.get(flow_id)
         trimmed = flags & _TRIMMED and flow is not None
         if trimmed:
-            before = self._forgiven(flow_id)
+            before = self.rx.forgiven_bytes(flow_id)
         replies = self.rx.receive(datagram, ce, now)
         if replies:
             offer, out = self.acks.offer, self._replies
@@ -559,12 +559,8 @@ class Endpoint:
             if located:
                 self._totals[flow.step][key] += 1
             if trimmed:
-                self._count_trim(flow, datagram, self._forgiven(flow_id) - before, now)
+                self._count_trim(flow, datagram, self.rx.forgiven_bytes(flow_id) - before, now)
         self._drain_receiver(now)
-
-    def _forgiven(self, flow_id: int) -> int:
-        state = self.rx.flow_state(flow_id)
-        return 0 if state is None else state.forgiven_bytes
 
     def _count_trim(
         self, flow: _Receiving, datagram: bytes | memoryview, forgiven: int, now: float

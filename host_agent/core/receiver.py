@@ -321,6 +321,12 @@ class ForgiveReceiver:
         flow = self._flows.get(flow_id)
         return None if flow is None else flow.state()
 
+    def forgiven_bytes(self, flow_id: int) -> int:
+        """`flow_state(flow_id).forgiven_bytes` without building the rest (0 for a flow it
+        does not hold): the endpoint asks it around every trimmed header."""
+        flow = self._flows.get(flow_id)
+        return 0 if flow is None else flow.forgiven_bytes
+
     def flow_ranges(self, flow_id: int) -> list[tuple[int, int, str]]:
         """The scoreboard above rcv_nxt, with both Requested kinds shown as 'requested'."""
         names = {
