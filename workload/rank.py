@@ -123,8 +123,6 @@ class Rank:
         self.received: dict[int, RecvDone | Shed] = {}
         self.sent: dict[int, SendDone | Shed] = {}
         self.settled: set[Token] = set()
-        self.waits: dict[int, _Wait] = {}
-        """Waits not yet run, by `order`."""
         self._waiting: dict[Token, dict[int, _Wait]] = {}
         """Per token, the waits not yet run that need it (settled or not)."""
         self._ready: dict[int, _Wait] = {}
@@ -230,7 +228,6 @@ class Rank:
             self._waiting.setdefault(token, {})[w.order] = w
             if token not in self.settled:
                 w.missing += 1
-        self.waits[w.order] = w
         if not w.missing:
             self._ready[w.order] = w
         self._fire_waits(now)
@@ -264,7 +261,6 @@ class Rank:
                     continue  # run already by an earlier wait's action
                 w.done = True
                 self._ready.pop(w.order, None)
-                del self.waits[w.order]
                 for token in w.needs:
                     waiting = self._waiting[token]
                     del waiting[w.order]
