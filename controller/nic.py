@@ -47,8 +47,10 @@ FLOW_HOST = 2
 """A flow slot's states (p4src/pna/include/nic_constants.p4)."""
 FLOW_STATES = {FLOW_IN_ORDER: "in_order", FLOW_HOLE: "hole", FLOW_HOST: "host"}
 
+FLOW_REGISTERS = ("flow_rcv_nxt", "flow_state", "flow_hole_end", "flow_last_draw")
+"""The registers per flow slot, zeroed when a flow takes the slot."""
 REGISTERS = (
-    "flow_rcv_nxt", "flow_state", "flow_hole_end", "flow_last_draw",
+    *FLOW_REGISTERS,
     "step_id", "step_p", "step_expected", "step_open",
     "step_received", "step_forgiven", "step_outstanding", "draw_state",
 )  # fmt: skip
@@ -236,7 +238,7 @@ class NicReceiverControl:
         p, is_open = self._steps[step]
         eligible = int(self.policy.exemption and is_open and p > 0)
         slot = self._free_slots.pop()
-        for register in ("flow_rcv_nxt", "flow_state", "flow_hole_end", "flow_last_draw"):
+        for register in FLOW_REGISTERS:
             self._write(register, slot, 0)
         key = self._types.BmMatchParam(
             type=self._types.BmMatchParamType.EXACT,
