@@ -29,6 +29,7 @@ from typing import ClassVar
 
 from controller import nic
 from ptf_tests.target import OneProcess, PtfTarget
+from topologies.ports import free_port
 from topologies.processes import stop_process
 
 NETWORK_PORT = 1
@@ -39,12 +40,6 @@ ABSENT_PRIMITIVES = ("register_read", "register_write")
 refusal `load_probe` takes for a missing capability rather than a failure."""
 _UNKNOWN_PRIMITIVE = re.compile(r"Unknown primitive action: (\S+)")
 PROBE_TIMEOUT = 20.0
-
-
-def _free_tcp_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _listening(port: int) -> bool:
@@ -61,7 +56,7 @@ def load_probe(binary: str, config: Path, timeout: float = PROBE_TIMEOUT) -> str
     program the binary should load and does not is reported by the suite, not skipped.
     Cached: one start per process and binary."""
     path = shutil.which(binary) or binary
-    port = _free_tcp_port()
+    port = free_port()
     with (
         tempfile.TemporaryDirectory(prefix="forgive-pna-probe-") as tmp,
         open(Path(tmp) / "out", "w+b") as out,
