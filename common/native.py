@@ -30,6 +30,7 @@ from pathlib import Path
 COMPILED = (
     "common.wire",
     "host_agent.acks",
+    "host_agent.core.fields",
     "host_agent.core.scoreboard",
     "host_agent.core.detector",
     "host_agent.core.sender",

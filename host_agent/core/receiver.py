@@ -23,6 +23,7 @@ from common.wire import (
     Opcode,
     check_fields,
 )
+from host_agent.core.fields import FieldMapping
 from host_agent.core.scoreboard import SETTLED, RangeMap, State
 
 _VO_ACK = (FTH_VERSION << 4) | Opcode.ACK
@@ -107,7 +108,7 @@ class StepEntry:
 
 
 @dataclass(frozen=True)
-class StepState:
+class StepState(FieldMapping):
     """A step's gradient accounting at one receiving rank, as `step_state` returns it (the
     fields of the host's `step` record, in its order)."""
 
@@ -168,7 +169,7 @@ class RxFlow:
 
 
 @dataclass(frozen=True)
-class RxFlowState:
+class RxFlowState(FieldMapping):
     """A received flow as `flow_state` returns it."""
 
     rcv_nxt: int

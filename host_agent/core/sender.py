@@ -29,6 +29,7 @@ from common.wire import (
     check_fields,
 )
 from host_agent.core.dcqcn import DcqcnParams, DcqcnRate, LineRate, NicDcqcnRate, new_rate
+from host_agent.core.fields import FieldMapping
 from host_agent.core.nscc import NsccParams, NsccWindow
 from host_agent.core.scoreboard import AckedRanges
 
@@ -199,7 +200,7 @@ class WindowState:
 
 
 @dataclass(frozen=True)
-class TxFlowState:
+class TxFlowState(FieldMapping):
     """A sent flow as `flow_state` returns it."""
 
     cc_mode: str
@@ -269,7 +270,12 @@ class ForgiveSender:
         window_bytes: float = 0.0,
         qp_state: bool = False,
         payload_bytes: int = PACKET_BYTES,
+        seed: object = 0,  # object: checked below, compiled or not
     ) -> None:
+        # `seed` is in docs/protocol.md's constructor; the sender draws nothing at random
+        # (its timing is the clock's and DCQCN's), so every seed gives the same sender.
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
         if not (window_bytes >= 0 and math.isfinite(window_bytes)):
             raise ValueError(f"window_bytes must be a finite number >= 0, got {window_bytes}")
         if isinstance(payload_bytes, bool) or not 1 <= payload_bytes <= PACKET_BYTES:
