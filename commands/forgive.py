@@ -29,6 +29,7 @@ from topologies.fabric import PRESETS, FabricError, FabricSpec
 from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock
 from topologies.options import (
     add_regime_options,
+    critical_from,
     dcqcn_profile,
     fabric_from,
     tp_phase,
@@ -170,6 +171,7 @@ def _workload(args: argparse.Namespace):
         "pp_bytes": None if args.pp_mib is None else round(args.pp_mib * 2**20),
         "compute_s": None if args.compute_ms is None else args.compute_ms / 1e3,
         "tp_phase": tp_phase(args),
+        "critical": critical_from(args, args.steps or JOBS[args.job].steps) or None,
     }
     return replace(
         JOBS[args.job],

@@ -33,11 +33,13 @@ from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
 from study import calibrate, page, regime, report
 from study.claims import CLAIMS, NSCC_CLAIMS, judge
 from study.runs import Setup, by_variant, plan
-from study.variants import BY_NAME, NSCC_VARIANTS, VARIANTS, Variant
+from study.variants import BY_NAME, NSCC_VARIANTS, VARIANTS, Variant, critical_steps
 from topologies.cache import RunCache, run_cached
 from topologies.fabric import FabricError
 from topologies.options import (
     add_regime_options,
+    add_schedule_option,
+    critical_from,
     dcqcn_profile,
     fabric_from,
     tp_phase,
@@ -46,7 +48,7 @@ from topologies.options import (
 from topologies.progress import say
 from topologies.report import FolderError, writable_folder
 from topologies.results import RunResult
-from topologies.runplan import ENGINES, JOBS, RunConfig, RunError
+from topologies.runplan import ENGINES, JOBS, RunConfig, RunError, Workload
 from topologies.sweep import run_one
 
 DEFAULT_SEEDS = (1, 2, 3)
@@ -175,6 +177,7 @@ def _register_regime(which: argparse._SubParsersAction) -> None:
         default=DEFAULT_PROFILE,
         help=f"the base point's profile: {', '.join(PROFILES)}",
     )
+    add_schedule_option(p)
     _run_options(p, "regime")
 
 
@@ -227,7 +230,12 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
         nonblocking=worst
         if calibrating
         else fabric_from(args.nonblocking_fabric or nonblocking_name, *scaling),
-        workload=replace(JOBS[job], steps=args.steps, tp_phase=tp_phase(args) or "own"),
+        workload=replace(
+            JOBS[job],
+            steps=args.steps,
+            tp_phase=tp_phase(args) or "own",
+            critical=critical_from(args, args.steps),
+        ),
         seeds=seeds,
         baseline_seeds=baseline,
         switch=args.switch,
@@ -252,11 +260,18 @@ def _describe(
         fabrics += f", non-oversubscribed {nb.name} ({nb.oversubscription:g}:1)"
         seeds += f", baseline seeds {','.join(map(str, setup.baseline_seeds))}"
     else:
-        fabrics += f" at bytes / {worst.scaling.byte_scale:g}, {setup.workload.steps} steps"
+        fabrics += f" at bytes / {worst.scaling.byte_scale:g}"
+    fabrics += f", {_schedule(setup.workload)}"
     return (
         f"study {name}: {len(planned)} runs ({present} in the cache {cache.root}); {fabrics}; "
         f"{seeds}; DCQCN {setup.dcqcn}; engine {setup.engine}"
     )
+
+
+def _schedule(workload: Workload) -> str:
+    """'20 steps (critical 1,2,3,20)': the run length and the static schedule's verdicts."""
+    critical = sorted(critical_steps(workload.steps, workload.critical))
+    return f"{workload.steps} steps (critical {','.join(map(str, critical))})"
 
 
 def _regime_setup(args: argparse.Namespace):
@@ -273,7 +288,9 @@ def _regime_setup(args: argparse.Namespace):
     seeds = DEFAULT_SEEDS if args.seeds is None else _ints(args.seeds, "--seeds")
     base = RunConfig(
         fabric_from(args.fabric, "sim", None, args.byte_scale),
-        workload=replace(JOBS[args.job], steps=args.steps),
+        workload=replace(
+            JOBS[args.job], steps=args.steps, critical=critical_from(args, args.steps)
+        ),
         timeout_s=args.timeout,
         dcqcn=args.dcqcn,
         engine="sim",
@@ -338,7 +355,7 @@ def main_regime(args: argparse.Namespace) -> int:
         f"study regime: {len(cells)} cells x {len(regime.POLICIES)} policies x {len(seeds)} "
         f"seeds = {len(planned)} runs ({present} in the cache {cache.root}); base "
         f"{base.fabric.name}, bytes / {base.fabric.scaling.byte_scale:g}, DCQCN {base.dcqcn}, "
-        f"{base.workload.steps} steps"
+        f"{_schedule(base.workload)}"
     )
     ran = _run_planned(planned, cache, args)
     if isinstance(ran, int):
@@ -353,6 +370,7 @@ def main_regime(args: argparse.Namespace) -> int:
         "byte_scale": base.fabric.scaling.byte_scale,
         "dcqcn": base.dcqcn,
         "steps": base.workload.steps,
+        "critical_steps": sorted(critical_steps(base.workload.steps, base.workload.critical)),
         "seeds": list(seeds),
         "cells_left_out": left_out,
         "wall_time_s": wall,
@@ -419,6 +437,7 @@ def main(args: argparse.Namespace) -> int:
         **({} if name == "calibrate" else {"nonblocking_fabric": setup.nonblocking.name}),
         "byte_scale": setup.worst.scaling.byte_scale,
         "steps": setup.workload.steps,
+        "critical_steps": sorted(critical_steps(setup.workload.steps, setup.workload.critical)),
         "profile": getattr(args, "profile", None),
         "nic": asdict(setup.worst.nic),
         "tp_phase": setup.workload.tp_phase,

@@ -30,9 +30,8 @@ class Setup:
         return self.baseline_seeds if variant.baseline_seeds else self.seeds
 
     def config(self, variant: Variant, seed: int) -> RunConfig:
-        workload = replace(
-            self.workload, misclassify=wrong_steps(variant.misclassify, self.workload.steps)
-        )
+        wl = self.workload
+        workload = replace(wl, misclassify=wrong_steps(variant.misclassify, wl.steps, wl.critical))
         return RunConfig(
             self.nonblocking if variant.fabric == NONBLOCKING else self.worst,
             switch=self.switch,

@@ -89,16 +89,18 @@ NSCC_VARIANTS: tuple[Variant, ...] = (
 BY_NAME = {v.name: v for v in VARIANTS + NSCC_VARIANTS}
 
 
-def critical_steps(steps: int) -> frozenset[int]:
-    """The schedule's critical steps (StaticSchedule's default: 1, 2, 3 and the last)."""
-    return StaticSchedule(steps=steps).critical_steps()
+def critical_steps(steps: int, given: tuple[int, ...] = ()) -> frozenset[int]:
+    """The schedule's critical steps: `given`, or StaticSchedule's default (1, 2, 3 and
+    the last)."""
+    return StaticSchedule(steps=steps, critical=frozenset(given) or None).critical_steps()
 
 
-def wrong_steps(kind: str | None, steps: int) -> tuple[int, ...]:
-    """The steps a misclassifying detector of `kind` gets wrong."""
+def wrong_steps(kind: str | None, steps: int, given: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The steps a misclassifying detector of `kind` gets wrong, on the schedule whose
+    critical steps are `given` (empty: the default)."""
     if kind is None:
         return ()
-    critical = critical_steps(steps)
+    critical = critical_steps(steps, given)
     if kind == CRITICAL_MISSED:
         return tuple(sorted(critical))
     if kind == FALSE_CRITICAL:

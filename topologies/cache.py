@@ -40,6 +40,8 @@ def config_doc(config: RunConfig) -> dict[str, Any]:
         doc.pop("cc")  # DCQCN runs keep the keys they had before NSCC existed
     if not doc["switch_restarts"]:
         doc.pop("switch_restarts")  # nor do runs that restart no switch change theirs
+    if not doc["workload"]["critical"]:
+        doc["workload"].pop("critical")  # nor do runs on the note's schedule
     if not doc["jitter_frames"]:
         doc.pop("jitter_frames")  # nor do runs in exact timing
     if doc["dcqcn"] == OFF and "cc" not in doc:

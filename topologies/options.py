@@ -130,6 +130,16 @@ def add_regime_options(parser: argparse.ArgumentParser) -> None:
         help="tensor-parallel traffic in its own phase (own, default) or overlapping the "
         "all-reduce (overlap)",
     )
+    add_schedule_option(parser)
+
+
+def add_schedule_option(parser: argparse.ArgumentParser) -> None:
+    """--critical-steps: the static schedule's critical steps (TrainingConfig.critical)."""
+    parser.add_argument(
+        "--critical-steps",
+        help="the steps the static schedule takes as critical, comma-separated (default the "
+        "note's 1,2,3 and the last; 1 with --steps 5 keeps the note's share, 4 in 20)",
+    )
 
 
 def tp_phase(args: argparse.Namespace) -> str | None:
@@ -140,6 +150,21 @@ def tp_phase(args: argparse.Namespace) -> str | None:
     if value is not None and value not in TP_PHASES:
         raise FabricError(f"--tp-phase must be one of {', '.join(TP_PHASES)}, got {value!r}")
     return value
+
+
+def critical_from(args: argparse.Namespace, steps: int) -> tuple[int, ...]:
+    """The --critical-steps given, sorted, or (): the note's schedule. A bad list, or a
+    step outside 1..steps, is a FabricError in one line."""
+    text = getattr(args, "critical_steps", None)
+    if text is None:
+        return ()
+    try:
+        values = sorted({int(s) for s in text.split(",") if s.strip()})
+    except ValueError:
+        raise FabricError(f"bad --critical-steps {text!r}: integers, comma-separated") from None
+    if not values or not all(1 <= s <= steps for s in values):
+        raise FabricError(f"--critical-steps {text!r}: each step must lie in 1..{steps}")
+    return tuple(values)
 
 
 def with_regime(spec: FabricSpec, args: argparse.Namespace) -> FabricSpec:

@@ -52,6 +52,8 @@ class Workload:
     detector: str = "static"
     burst: bool = False
     """A background burst (class other) from the last rank to rank 0 on step 2."""
+    critical: tuple[int, ...] = ()
+    """The static schedule's critical steps (TrainingConfig.critical); empty: the note's."""
     misclassify: tuple[int, ...] = ()
     """Steps the detector gets wrong on purpose (TrainingConfig.misclassify)."""
     tp_phase: str = "own"
@@ -167,6 +169,7 @@ class RunConfig:
             burst_bytes=sc.size(wl.grad_bytes) * 2,
             burst_src=len(ranks) - 1,
             burst_dst=0,
+            critical=wl.critical,
             misclassify=wl.misclassify,
             tp_phase=wl.tp_phase,
             seed=self.seed,

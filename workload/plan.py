@@ -67,6 +67,9 @@ class TrainingConfig:
     the step's barrier waits for both."""
     detector: str = "static"
     """'static' (steps 1, 2, 3 and the last are critical) or 'accordion' (synthetic norms)."""
+    critical: tuple[int, ...] = ()
+    """The static schedule's critical steps; empty: the note's 1, 2, 3 and the last. A
+    shorter run keeps the note's share of critical steps (4 of 20) with one in five."""
     misclassify: tuple[int, ...] = ()
     """Steps on which the detector's verdict is wrong on purpose (core.detector.Misclassifying)."""
     burst_step: int | None = None
@@ -99,8 +102,8 @@ class TrainingConfig:
             value = values.get(f.name)
             if f.name != "ranks" and value is not None and not _fits(value, f.type):
                 raise ValueError(f"training setting {f.name} = {value!r} is not {f.type}")
-        misclassify = values.get("misclassify", ())
-        cfg = cls(**{**values, "ranks": tuple(ranks), "misclassify": tuple(misclassify)})
+        lists = {k: tuple(values.get(k, ())) for k in ("critical", "misclassify")}
+        cfg = cls(**{**values, "ranks": tuple(ranks), **lists})
         cfg.validate()
         return cfg
 
@@ -138,9 +141,14 @@ class TrainingConfig:
             )
         if self.detector not in ("static", "accordion"):
             raise ValueError(f"unknown detector {self.detector!r} (known: static, accordion)")
-        outside = [s for s in self.misclassify if not 1 <= s <= self.steps]
-        if outside:
-            raise ValueError(f"misclassify: step {outside[0]} is outside 1..{self.steps}")
+        for name, steps in (("critical", self.critical), ("misclassify", self.misclassify)):
+            outside = [s for s in steps if not 1 <= s <= self.steps]
+            if outside:
+                raise ValueError(f"{name}: step {outside[0]} is outside 1..{self.steps}")
+        if self.critical and self.detector != "static":
+            raise ValueError(
+                "critical steps are the static schedule's; the accordion detector finds its own"
+            )
         if self.burst_step is not None:
             if not 1 <= self.burst_step <= self.steps:
                 raise ValueError("burst step outside the run")

@@ -71,7 +71,9 @@ class _Wait:
 
 def make_detector(cfg: TrainingConfig) -> CriticalRegimeDetector:
     detector: CriticalRegimeDetector = (
-        AccordionDetector() if cfg.detector == "accordion" else StaticSchedule(steps=cfg.steps)
+        AccordionDetector()
+        if cfg.detector == "accordion"
+        else StaticSchedule(steps=cfg.steps, critical=frozenset(cfg.critical) or None)
     )
     if cfg.misclassify:
         return Misclassifying(detector, frozenset(cfg.misclassify))

@@ -1,0 +1,79 @@
+"""--critical-steps: the static schedule's critical steps given, so that a shorter run keeps
+the note's share of critical steps; the note's schedule when not given, with the run keys
+it had."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from study.runs import Setup, plan
+from study.variants import (
+    BY_NAME,
+    CRITICAL_MISSED,
+    FALSE,
+    FALSE_CRITICAL,
+    MISSED,
+    critical_steps,
+    wrong_steps,
+)
+from topologies.cache import config_doc, run_key
+from topologies.fabric import FabricError, preset
+from topologies.options import add_schedule_option, critical_from
+from topologies.runplan import JOBS, RunConfig, Workload
+from workload.plan import TrainingConfig
+from workload.rank import make_detector
+
+RANKS = ("10.0.0.1", "10.0.0.2")
+
+
+def test_the_given_steps_are_the_only_critical_ones():
+    cfg = TrainingConfig(ranks=RANKS, rank=0, steps=5, critical=(1,))
+    detector = make_detector(cfg)
+    assert [detector.classify(s) for s in range(1, 6)] == [True, False, False, False, False]
+    default = make_detector(TrainingConfig(ranks=RANKS, rank=0, steps=5))
+    assert [default.classify(s) for s in range(1, 6)] == [True, True, True, False, True]
+
+
+def test_the_setting_survives_json_and_bad_ones_are_refused():
+    cfg = TrainingConfig(ranks=RANKS, rank=1, steps=5, critical=(1, 4))
+    assert TrainingConfig.from_json(cfg.to_json()) == cfg
+    with pytest.raises(ValueError, match=r"critical: step 6 is outside 1..5"):
+        TrainingConfig(ranks=RANKS, rank=0, steps=5, critical=(6,)).validate()
+    with pytest.raises(ValueError, match="static schedule's"):
+        TrainingConfig(ranks=RANKS, rank=0, steps=5, critical=(1,), detector="accordion").validate()
+
+
+def test_misclassification_follows_the_schedule_given():
+    assert wrong_steps(CRITICAL_MISSED, 5, (1,)) == (1,)
+    assert wrong_steps(FALSE_CRITICAL, 5, (1,)) == (2, 4)
+    assert critical_steps(20) == {1, 2, 3, 20} and critical_steps(5, (1,)) == {1}
+    setup = Setup(
+        worst=preset("note-4to1"), nonblocking=preset("note-1to1"),
+        workload=Workload(steps=5, critical=(1,)), seeds=(1,), baseline_seeds=(1,),
+    )  # fmt: skip
+    by = {v.name: c for v, c in plan(setup, [BY_NAME[MISSED], BY_NAME[FALSE]])}
+    assert by[MISSED].workload.misclassify == (1,) and by[FALSE].workload.misclassify == (2, 4)
+
+
+def test_runs_on_the_notes_schedule_keep_their_keys_and_a_given_one_is_its_own():
+    note = RunConfig(preset("note-4to1"), engine="sim", workload=JOBS["note"])
+    short = RunConfig(preset("note-4to1"), engine="sim", workload=Workload(steps=5, critical=(1,)))
+    assert "critical" not in config_doc(note)["workload"]
+    assert config_doc(short)["workload"]["critical"] == (1,)
+    assert run_key(short) != run_key(RunConfig(preset("note-4to1"), engine="sim",
+                                               workload=Workload(steps=5)))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("1,x", "bad --critical-steps '1,x'"), ("0", "each step must lie in 1..5"), (",", "1..5")],
+)
+def test_the_option_is_parsed_once_and_bad_lists_are_one_line(text, message):
+    parser = argparse.ArgumentParser()
+    add_schedule_option(parser)
+    assert critical_from(parser.parse_args([]), 5) == ()
+    assert critical_from(parser.parse_args(["--critical-steps", "3,1,3"]), 5) == (1, 3)
+    with pytest.raises(FabricError, match=message):
+        critical_from(parser.parse_args(["--critical-steps", text]), 5)
