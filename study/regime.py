@@ -29,6 +29,7 @@ from topologies.fabric import (
     with_data_queue,
 )
 from topologies.options import REGIME_PROFILES
+from topologies.options import with_profile as profile_fabric
 from topologies.results import RunResult, render_table
 from topologies.runplan import RunConfig, RunError
 from workload.plan import TP_PHASES
@@ -71,13 +72,10 @@ def with_fabric(config: RunConfig, name: str) -> RunConfig:
 
 
 def with_profile(config: RunConfig, name: str) -> RunConfig:
-    """A named set of regime options (topologies.options.REGIME_PROFILES)."""
-    settings = dict(REGIME_PROFILES[name])
-    queue_kib = settings.pop("data_queue_kib", None)
-    config = with_nic(replace(config, dcqcn=settings.pop("dcqcn")), **settings)
-    if queue_kib is None:
-        return config
-    return replace(config, fabric=with_data_queue(config.fabric, round(float(queue_kib) * 1024)))
+    """A named set of regime options (topologies.options.REGIME_PROFILES), as `--profile
+    name` sets them: its DCQCN profile, and the fabric through topologies.options.with_profile."""
+    dcqcn = str(REGIME_PROFILES[name]["dcqcn"])
+    return replace(config, dcqcn=dcqcn, fabric=profile_fabric(config.fabric, name))
 
 
 AXES: dict[str, Callable[[RunConfig, Any], RunConfig]] = {

@@ -3,15 +3,19 @@ and the cells' arithmetic on the note's fabric worked out by hand."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import replace
 
 import pytest
 
+from commands import study as study_cli
 from commands.forgive import main
 from study import regime
+from study.variants import BY_NAME, TIGHT
+from topologies.cache import run_key
 from topologies.fabric import FabricError
-from topologies.options import fabric_from
+from topologies.options import REGIME_PROFILES, fabric_from
 from topologies.runplan import JOBS, RunConfig, RunError
 
 GRID = ["study", "regime", "--fabric", "2to1", "--job", "default", "--steps", "5"]
@@ -106,3 +110,25 @@ def test_the_astra_buffer_profile_cell_also_resizes_the_data_queue():
     assert cell.dcqcn == "nic" and cell.fabric.nic.window == "bdp"
     assert cell.fabric.switch.data_queue_bytes == 8 << 20
     assert base.fabric.switch.data_queue_bytes == 4 << 20
+
+
+def _study_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    study_cli.register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["study", *argv])
+
+
+@pytest.mark.parametrize("profile", list(REGIME_PROFILES))
+@pytest.mark.parametrize("schedule", [("20",), ("5",), ("5", "--critical-steps", "1")])
+def test_a_profile_cell_is_the_run_study_note_makes_with_that_profile(profile, schedule):
+    steps, *critical = schedule
+    note = _study_args(
+        "note", "--profile", profile, "--byte-scale", "32", "--steps", steps, *critical
+    )
+    setup, _ = study_cli.setup_from(note)
+    noted = setup.config(BY_NAME[TIGHT], 1)
+    grid = _study_args("regime", "--cells", f"profile={profile}", "--steps", steps, *critical)
+    base, (cell,), _, _, _ = study_cli._regime_setup(grid)
+    celled = cell.config(base, TIGHT, 1)
+    assert celled == noted and run_key(celled) == run_key(noted)
+    assert celled.fabric != base.fabric and celled.dcqcn == "nic" != base.dcqcn

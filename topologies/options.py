@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -167,15 +168,33 @@ def critical_from(args: argparse.Namespace, steps: int) -> tuple[int, ...]:
     return tuple(values)
 
 
+REGIME_SETTINGS = ("window", "dcqcn_state", "payload_bytes", "data_queue_kib")
+"""The fabric's regime options, as REGIME_PROFILES and the command line name them; a
+profile's dcqcn is the run's, not the fabric's (dcqcn_profile)."""
+
+
 def with_regime(spec: FabricSpec, args: argparse.Namespace) -> FabricSpec:
-    """`spec` with the regime options given on the command line; FabricError in one line
-    naming the option."""
+    """`spec` with the regime options given on the command line, each over its --profile's;
+    FabricError in one line naming the option."""
+    profile = regime_profile(args)
+    given = {key: getattr(args, key, None) for key in REGIME_SETTINGS}
+    return with_settings(
+        spec, {key: profile.get(key) if value is None else value for key, value in given.items()}
+    )
+
+
+def with_profile(spec: FabricSpec, name: str) -> FabricSpec:
+    """`spec` with the fabric's part of the profile `name` (REGIME_PROFILES), as `--profile
+    name` gives it."""
+    return with_settings(spec, REGIME_PROFILES[name])
+
+
+def with_settings(spec: FabricSpec, settings: Mapping[str, str | float | None]) -> FabricSpec:
+    """`spec` with the regime settings (REGIME_SETTINGS) `settings` gives; one absent or None
+    leaves the fabric's own. FabricError in one line naming the option."""
     changes = {}
-    preset = regime_profile(args)
     for key, values in NIC_OPTIONS:
-        value = getattr(args, key, None)
-        if value is None:
-            value = preset.get(key)
+        value = settings.get(key)
         if value is None:
             continue
         if value not in values:
@@ -183,7 +202,7 @@ def with_regime(spec: FabricSpec, args: argparse.Namespace) -> FabricSpec:
                 f"--{key.replace('_', '-')} must be one of {', '.join(values)}, got {value!r}"
             )
         changes[key] = value
-    payload = getattr(args, "payload_bytes", None)
+    payload = settings.get("payload_bytes")
     if payload is not None:
         changes["payload_bytes"] = payload
     if changes:
@@ -192,10 +211,9 @@ def with_regime(spec: FabricSpec, args: argparse.Namespace) -> FabricSpec:
             spec = with_scaling(replace(spec, nic=nic), spec.scaling)
         except FabricError as err:
             raise FabricError(str(err).replace("[nic] payload_bytes", "--payload-bytes")) from None
-    queue = getattr(args, "data_queue_kib", None)
-    if queue is None and "data_queue_kib" in preset:
-        queue = float(preset["data_queue_kib"])
+    queue = settings.get("data_queue_kib")
     if queue is not None:
+        queue = float(queue)
         if not (math.isfinite(queue) and queue > 0):
             raise FabricError(f"--data-queue-kib must be a finite number > 0, got {queue}")
         try:
