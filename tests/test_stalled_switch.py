@@ -115,8 +115,9 @@ def test_a_stalled_switch_is_named_when_the_run_reads_its_counters(switch, tmp_p
 
 
 def test_the_run_does_not_read_the_counters_of_a_switch_that_has_exited(switch, tmp_path):
-    """Reading it would cost the client's reconnect wait (its timeout) before the run could
-    start the switch again, longer than the flows through it wait before giving up."""
+    """Reading it would cost a failed read and a reconnect before the run could start the
+    switch again: the client's whole timeout where it cannot see the process (as here), about
+    0.2 s where the runner has told it how (SwitchClient.gone)."""
     proc, address, _ = switch
     (tmp_path / "dev.json").write_bytes(device_config())
     desc = {

@@ -324,9 +324,10 @@ class FabricRun:
         switches = {s.name: s for s in self.net.switches}
         for name in self.plan.switches:
             if name in switches and _exited(switches[name]):
-                # Not read: the client would first wait its whole timeout (5 s) for the dead
-                # switch to answer a reconnect, and the restart would come after the flows
-                # through it had given up (15 timeout rounds, about 4 s at bytes / 64).
+                # Not read: the read would fail and reconnect, which SwitchClient.gone (set
+                # in `configure`) ends only at its next look at the process, about 0.2 s on,
+                # with this same RunError (from `_failures`); here it comes at once, so the
+                # restart does. gone still covers a switch that exits during its own read.
                 self._check_switches()
             with self._failures(f"reading switch {name}'s counters"):
                 now = sum(self.controller.counters(name).values(), PortCounters())
