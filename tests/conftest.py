@@ -1,4 +1,7 @@
-"""Fixtures shared by the namespace tests, and which tests may run side by side."""
+"""Fixtures shared by the namespace tests, which tests may run side by side, and when the
+soak runs."""
+
+import os
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -23,6 +26,33 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.xdist_group("fabric"))
     elif item.get_closest_marker("netns") or "lab" in getattr(item, "fixturenames", ()):
         item.add_marker(pytest.mark.xdist_group("netns"))
+
+
+SOAK_ASKED = "FORGIVE_SOAK_STEPS"
+"""The environment variable that asks for the soak (its length; `make soak` sets it)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """`soak` tests (a run of many minutes) only when SOAK_ASKED is set, as under `make
+    soak`: pyproject's default `-m 'not soak'` is lost whenever a command line gives its own
+    `-m` (`pytest -m "not netns"` ran the soak)."""
+    if os.environ.get(SOAK_ASKED):
+        return
+    soaks = [item for item in items if item.get_closest_marker("soak")]
+    if soaks:
+        config.hook.pytest_deselected(items=soaks)
+        items[:] = [item for item in items if not item.get_closest_marker("soak")]
+        config.stash[SOAKS_LEFT_OUT] = len(soaks)
+
+
+SOAKS_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_report_collectionfinish(config):
+    left_out = config.stash.get(SOAKS_LEFT_OUT, 0)
+    if left_out:
+        return f"{left_out} soak test(s) left out: they run with {SOAK_ASKED} set (make soak)"
+    return None
 
 
 @pytest.fixture

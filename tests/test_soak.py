@@ -201,7 +201,7 @@ SOAK_OUT = os.environ.get("FORGIVE_SOAK_OUT")
 
 
 @pytest.mark.fabric
-@pytest.mark.soak  # only: `pytest -m netns` must not pick up a 15-minute run
+@pytest.mark.soak  # not netns: `pytest -m netns` must not pick up a 15-minute run
 @pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable()))
 @pytest.mark.parametrize("switch", ["model", "bmv2"])
 def test_a_long_run_holds_memory_descriptors_and_the_loss_bound(switch, tmp_path):
