@@ -147,6 +147,10 @@ def _run_options(p: argparse.ArgumentParser, name: str) -> None:
 REGIME_BYTE_SCALE = 32.0
 """The regime grid's default byte scale: 32 is the coarsest at which a ring chunk of the note's
 job is more than a few packets and a 4 MiB queue holds 32 full frames (docs/study.md)."""
+REGIME_STEPS, REGIME_CRITICAL = 5, "1"
+"""The regime grid's default run: five steps, the first critical, the note's share of critical
+steps (4 of 20) in a quarter of the CPU; docs/study.md ("Five steps, one critical") says where
+that stands for twenty steps and where it does not."""
 
 
 def _register_regime(which: argparse._SubParsersAction) -> None:
@@ -165,7 +169,7 @@ def _register_regime(which: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", help="seeds of every cell (default 1,2,3)")
     p.add_argument("--fabric", default="note-4to1", help="the base point's fabric (note-4to1)")
     p.add_argument("--job", default="note", help=f"the training job: {', '.join(JOBS)} (note)")
-    p.add_argument("--steps", type=int, default=JOBS["note"].steps)
+    p.add_argument("--steps", type=int, default=REGIME_STEPS, help=f"default {REGIME_STEPS}")
     p.add_argument(
         "--byte-scale",
         type=float,
@@ -177,7 +181,7 @@ def _register_regime(which: argparse._SubParsersAction) -> None:
         default=DEFAULT_PROFILE,
         help=f"the base point's profile: {', '.join(PROFILES)}",
     )
-    add_schedule_option(p)
+    add_schedule_option(p, REGIME_CRITICAL)
     _run_options(p, "regime")
 
 

@@ -75,5 +75,7 @@ def test_the_option_is_parsed_once_and_bad_lists_are_one_line(text, message):
     add_schedule_option(parser)
     assert critical_from(parser.parse_args([]), 5) == ()
     assert critical_from(parser.parse_args(["--critical-steps", "3,1,3"]), 5) == (1, 3)
+    # the note's schedule named is the note's schedule: the same runs and cache keys
+    assert critical_from(parser.parse_args(["--critical-steps", "5,1,2,3"]), 5) == ()
     with pytest.raises(FabricError, match=message):
         critical_from(parser.parse_args(["--critical-steps", text]), 5)

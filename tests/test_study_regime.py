@@ -119,15 +119,21 @@ def _study_args(*argv: str) -> argparse.Namespace:
 
 
 @pytest.mark.parametrize("profile", list(REGIME_PROFILES))
-@pytest.mark.parametrize("schedule", [("20",), ("5",), ("5", "--critical-steps", "1")])
-def test_a_profile_cell_is_the_run_study_note_makes_with_that_profile(profile, schedule):
-    steps, *critical = schedule
-    note = _study_args(
-        "note", "--profile", profile, "--byte-scale", "32", "--steps", steps, *critical
-    )
+@pytest.mark.parametrize(
+    ("schedule", "regime_schedule"),
+    [
+        (["--steps", "20"], ["--steps", "20", "--critical-steps", "1,2,3,20"]),
+        (["--steps", "5"], ["--steps", "5", "--critical-steps", "1,2,3,5"]),
+        (["--steps", "5", "--critical-steps", "1"], []),  # the grid's default run
+    ],
+)
+def test_a_profile_cell_is_the_run_study_note_makes_with_that_profile(
+    profile, schedule, regime_schedule
+):
+    note = _study_args("note", "--profile", profile, "--byte-scale", "32", *schedule)
     setup, _ = study_cli.setup_from(note)
     noted = setup.config(BY_NAME[TIGHT], 1)
-    grid = _study_args("regime", "--cells", f"profile={profile}", "--steps", steps, *critical)
+    grid = _study_args("regime", "--cells", f"profile={profile}", *regime_schedule)
     base, (cell,), _, _, _ = study_cli._regime_setup(grid)
     celled = cell.config(base, TIGHT, 1)
     assert celled == noted and run_key(celled) == run_key(noted)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from host_agent.core import DEFAULT_PROFILE
+from host_agent.core import DEFAULT_PROFILE, StaticSchedule
 from topologies.fabric import (
     DCQCN_STATES,
     WINDOWS,
@@ -134,12 +134,14 @@ def add_regime_options(parser: argparse.ArgumentParser) -> None:
     add_schedule_option(parser)
 
 
-def add_schedule_option(parser: argparse.ArgumentParser) -> None:
+def add_schedule_option(parser: argparse.ArgumentParser, default: str | None = None) -> None:
     """--critical-steps: the static schedule's critical steps (TrainingConfig.critical)."""
     parser.add_argument(
         "--critical-steps",
-        help="the steps the static schedule takes as critical, comma-separated (default the "
-        "note's 1,2,3 and the last; 1 with --steps 5 keeps the note's share, 4 in 20)",
+        default=default,
+        help="the steps the static schedule takes as critical, comma-separated (default "
+        + (default or "the note's 1,2,3 and the last")
+        + "; 1 with --steps 5 keeps the note's share, 4 in 20)",
     )
 
 
@@ -154,8 +156,8 @@ def tp_phase(args: argparse.Namespace) -> str | None:
 
 
 def critical_from(args: argparse.Namespace, steps: int) -> tuple[int, ...]:
-    """The --critical-steps given, sorted, or (): the note's schedule. A bad list, or a
-    step outside 1..steps, is a FabricError in one line."""
+    """The --critical-steps given, sorted, or (): the note's schedule, given or not. A bad
+    list, or a step outside 1..steps, is a FabricError in one line."""
     text = getattr(args, "critical_steps", None)
     if text is None:
         return ()
@@ -165,6 +167,8 @@ def critical_from(args: argparse.Namespace, steps: int) -> tuple[int, ...]:
         raise FabricError(f"bad --critical-steps {text!r}: integers, comma-separated") from None
     if not values or not all(1 <= s <= steps for s in values):
         raise FabricError(f"--critical-steps {text!r}: each step must lie in 1..{steps}")
+    if set(values) == StaticSchedule(steps=steps).critical_steps():
+        return ()  # the note's schedule named: the same runs, under the same cache keys
     return tuple(values)
 
 
