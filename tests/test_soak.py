@@ -215,10 +215,11 @@ def test_a_long_run_holds_memory_descriptors_and_the_loss_bound(switch, tmp_path
 
 
 SHORT_SOAK_STEPS = 50
-SMALL_JOB = ["--grad-mib", "4", "--tp-mib", "0.5", "--pp-mib", "0.125", "--compute-ms", "0.1"]
+SMALL_JOB = ["--grad-mib", "4", "--tp-mib", "0.5", "--pp-mib", "0.125", "--compute-ms", "0.4"]
 SMALL_JOB += ["--data-queue-kib", "1100"]
-"""A job whose step lasts about 0.12 s on the switch model (the default job's: 3.5 s): a
-64 KiB gradient per rank (fabric scale 4 MiB), 31 ms of compute, and a data queue of
+"""A job whose step lasts about 0.2 s on the switch model (the default job's: 3.5 s): a
+64 KiB gradient per rank (fabric scale 4 MiB), 125 ms of compute (with 31 ms, steps of
+0.12 s on a quiet machine could end inside one sampling pass and go unsampled), a data queue of
 17.2 KiB (4 frames, the smallest the byte scale allows), so the ring still trims and the
 ranks forgive within their budget."""
 
