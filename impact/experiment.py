@@ -190,7 +190,7 @@ def detector_replay(norms: Sequence[float], record: LossRecord) -> dict[str, Any
     non-critical step are estimated at the run's mean rate on non-critical steps.
     """
     steps = record.layout.steps
-    static = StaticSchedule(steps=steps)
+    static = StaticSchedule.of(steps, ())
     accordion = AccordionDetector()
     ours = [classify(accordion, list(norms), s) for s in range(1, steps + 1)]
     theirs = [static.classify(s) for s in range(1, steps + 1)]

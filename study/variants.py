@@ -92,7 +92,7 @@ BY_NAME = {v.name: v for v in VARIANTS + NSCC_VARIANTS}
 def critical_steps(steps: int, given: tuple[int, ...] = ()) -> frozenset[int]:
     """The schedule's critical steps: `given`, or StaticSchedule's default (1, 2, 3 and
     the last)."""
-    return StaticSchedule(steps=steps, critical=frozenset(given) or None).critical_steps()
+    return StaticSchedule.of(steps, given).critical_steps()
 
 
 def wrong_steps(kind: str | None, steps: int, given: tuple[int, ...] = ()) -> tuple[int, ...]:

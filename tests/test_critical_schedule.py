@@ -8,6 +8,7 @@ import argparse
 
 import pytest
 
+from host_agent.core import StaticSchedule
 from study.runs import Setup, plan
 from study.variants import (
     BY_NAME,
@@ -26,6 +27,20 @@ from workload.plan import TrainingConfig
 from workload.rank import make_detector
 
 RANKS = ("10.0.0.1", "10.0.0.2")
+NOTE = StaticSchedule(steps=20)
+
+
+def test_one_constructor_validates_and_gives_the_notes_schedule_one_form():
+    for named in ((), (1, 2, 3, 20), (20, 3, 2, 1, 1)):
+        assert StaticSchedule.of(20, named) == NOTE and StaticSchedule.of(20, named).setting() == ()
+    assert StaticSchedule.of(5, (5, 1, 2, 3)) == StaticSchedule(steps=5)
+    assert StaticSchedule.of(2, (2, 1)) == StaticSchedule(steps=2)  # the note's 1, 2, 3, 2
+    given = StaticSchedule.of(20, (4, 1, 4))
+    assert given.setting() == (1, 4) and given.critical_steps() == {1, 4}
+    three = StaticSchedule.of(20, (3, 2, 1))  # the last missing: not the note's schedule
+    assert three.setting() == (1, 2, 3) and three != NOTE
+    with pytest.raises(ValueError, match=r"^step 6 is outside 1\.\.5$"):
+        StaticSchedule.of(5, (1, 6, 0))
 
 
 def test_the_given_steps_are_the_only_critical_ones():
@@ -34,6 +49,8 @@ def test_the_given_steps_are_the_only_critical_ones():
     assert [detector.classify(s) for s in range(1, 6)] == [True, False, False, False, False]
     default = make_detector(TrainingConfig(ranks=RANKS, rank=0, steps=5))
     assert [default.classify(s) for s in range(1, 6)] == [True, True, True, False, True]
+    named = TrainingConfig(ranks=RANKS, rank=0, critical=(20, 1, 2, 3))
+    assert make_detector(named) == make_detector(TrainingConfig(ranks=RANKS, rank=0)) == NOTE
 
 
 def test_the_setting_survives_json_and_bad_ones_are_refused():
@@ -41,6 +58,8 @@ def test_the_setting_survives_json_and_bad_ones_are_refused():
     assert TrainingConfig.from_json(cfg.to_json()) == cfg
     with pytest.raises(ValueError, match=r"critical: step 6 is outside 1..5"):
         TrainingConfig(ranks=RANKS, rank=0, steps=5, critical=(6,)).validate()
+    with pytest.raises(ValueError, match=r"misclassify: step 0 is outside 1..5"):
+        TrainingConfig(ranks=RANKS, rank=0, steps=5, misclassify=(0,)).validate()
     with pytest.raises(ValueError, match="static schedule's"):
         TrainingConfig(ranks=RANKS, rank=0, steps=5, critical=(1,), detector="accordion").validate()
 
@@ -49,6 +68,10 @@ def test_misclassification_follows_the_schedule_given():
     assert wrong_steps(CRITICAL_MISSED, 5, (1,)) == (1,)
     assert wrong_steps(FALSE_CRITICAL, 5, (1,)) == (2, 4)
     assert critical_steps(20) == {1, 2, 3, 20} and critical_steps(5, (1,)) == {1}
+    assert critical_steps(20, (20, 3, 2, 1)) == critical_steps(20)
+    assert wrong_steps(FALSE_CRITICAL, 20, (1, 2, 3, 20)) == wrong_steps(FALSE_CRITICAL, 20)
+    with pytest.raises(ValueError, match=r"step 7 is outside 1..5"):
+        critical_steps(5, (7,))
     setup = Setup(
         worst=preset("note-4to1"), nonblocking=preset("note-1to1"),
         workload=Workload(steps=5, critical=(1,)), seeds=(1,), baseline_seeds=(1,),
@@ -77,5 +100,8 @@ def test_the_option_is_parsed_once_and_bad_lists_are_one_line(text, message):
     assert critical_from(parser.parse_args(["--critical-steps", "3,1,3"]), 5) == (1, 3)
     # the note's schedule named is the note's schedule: the same runs and cache keys
     assert critical_from(parser.parse_args(["--critical-steps", "5,1,2,3"]), 5) == ()
+    named = critical_from(parser.parse_args(["--critical-steps", "20,3,2,1"]), 20)
+    assert named == () and run_key(RunConfig(preset("note-4to1"), engine="sim", workload=Workload(
+        critical=named))) == run_key(RunConfig(preset("note-4to1"), engine="sim"))  # fmt: skip
     with pytest.raises(FabricError, match=message):
         critical_from(parser.parse_args(["--critical-steps", text]), 5)

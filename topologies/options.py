@@ -156,20 +156,23 @@ def tp_phase(args: argparse.Namespace) -> str | None:
 
 
 def critical_from(args: argparse.Namespace, steps: int) -> tuple[int, ...]:
-    """The --critical-steps given, sorted, or (): the note's schedule, given or not. A bad
-    list, or a step outside 1..steps, is a FabricError in one line."""
+    """The --critical-steps given, as StaticSchedule.of keeps them: sorted, or () for the
+    note's schedule, given or not (the same runs, under the same cache keys). A bad list, an
+    empty one, or a step outside 1..steps, is a FabricError in one line."""
     text = getattr(args, "critical_steps", None)
     if text is None:
         return ()
     try:
-        values = sorted({int(s) for s in text.split(",") if s.strip()})
+        values = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise FabricError(f"bad --critical-steps {text!r}: integers, comma-separated") from None
-    if not values or not all(1 <= s <= steps for s in values):
-        raise FabricError(f"--critical-steps {text!r}: each step must lie in 1..{steps}")
-    if set(values) == StaticSchedule(steps=steps).critical_steps():
-        return ()  # the note's schedule named: the same runs, under the same cache keys
-    return tuple(values)
+    outside = FabricError(f"--critical-steps {text!r}: each step must lie in 1..{steps}")
+    if not values:
+        raise outside  # to StaticSchedule.of an empty list is the note's; here it names none
+    try:
+        return StaticSchedule.of(steps, values).setting()
+    except ValueError:
+        raise outside from None
 
 
 REGIME_SETTINGS = ("window", "dcqcn_state", "payload_bytes", "data_queue_kib")

@@ -15,6 +15,7 @@ from enum import IntEnum
 from typing import Any
 
 from common.frames import ip_bytes
+from host_agent.core.detector import StaticSchedule
 
 MAX_STEPS = 1 << 12
 MAX_RANKS = 1 << 7
@@ -83,6 +84,11 @@ class TrainingConfig:
         """The configuration as one JSON object: how the runner hands it to `forgive-train`."""
         return json.dumps(asdict(self))
 
+    def schedule(self) -> StaticSchedule:
+        """The static schedule of `critical` (StaticSchedule.of); ValueError on a step outside
+        the run."""
+        return StaticSchedule.of(self.steps, self.critical)
+
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainingConfig:
         """Build and validate a configuration; ValueError names an unknown or bad field."""
@@ -141,10 +147,13 @@ class TrainingConfig:
             )
         if self.detector not in ("static", "accordion"):
             raise ValueError(f"unknown detector {self.detector!r} (known: static, accordion)")
-        for name, steps in (("critical", self.critical), ("misclassify", self.misclassify)):
-            outside = [s for s in steps if not 1 <= s <= self.steps]
-            if outside:
-                raise ValueError(f"{name}: step {outside[0]} is outside 1..{self.steps}")
+        try:
+            self.schedule()
+        except ValueError as exc:
+            raise ValueError(f"critical: {exc}") from None
+        outside = [s for s in self.misclassify if not 1 <= s <= self.steps]
+        if outside:
+            raise ValueError(f"misclassify: step {outside[0]} is outside 1..{self.steps}")
         if self.critical and self.detector != "static":
             raise ValueError(
                 "critical steps are the static schedule's; the accordion detector finds its own"

@@ -34,7 +34,6 @@ from host_agent.core import (
     AccordionDetector,
     CriticalRegimeDetector,
     Misclassifying,
-    StaticSchedule,
 )
 from host_agent.endpoint import Endpoint
 from host_agent.events import BoundViolation, Event, FlowFailed, RecvDone, SendDone, Shed
@@ -71,9 +70,7 @@ class _Wait:
 
 def make_detector(cfg: TrainingConfig) -> CriticalRegimeDetector:
     detector: CriticalRegimeDetector = (
-        AccordionDetector()
-        if cfg.detector == "accordion"
-        else StaticSchedule(steps=cfg.steps, critical=frozenset(cfg.critical) or None)
+        AccordionDetector() if cfg.detector == "accordion" else cfg.schedule()
     )
     if cfg.misclassify:
         return Misclassifying(detector, frozenset(cfg.misclassify))

@@ -8,6 +8,7 @@ norms the training side hands in.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,17 +20,43 @@ class CriticalRegimeDetector(Protocol):
         ...
 
 
+def _note_steps(steps: int) -> frozenset[int]:
+    """The note's critical steps in a run of `steps`: 1, 2, 3 and the last, those that exist."""
+    return frozenset({1, 2, 3, steps}) & frozenset(range(1, steps + 1))
+
+
 @dataclass(frozen=True)
 class StaticSchedule:
-    """A fixed list of critical steps; by default the note's 1, 2, 3 and the last of 20."""
+    """A fixed list of critical steps; by default the note's 1, 2, 3 and the last of 20.
+
+    Build it from a run's configuration with `of`, which validates the steps and gives the
+    note's schedule one form however it was named."""
 
     steps: int = 20
     critical: frozenset[int] | None = None
+    """The critical steps; None: the note's (1, 2, 3 and the last)."""
+
+    @classmethod
+    def of(cls, steps: int, critical: Sequence[int]) -> StaticSchedule:
+        """The schedule of a run of `steps` whose critical steps are `critical`, empty meaning
+        the note's. A step outside 1..steps is a ValueError naming the first one. Naming the
+        note's own steps gives the note's schedule (`critical` None, `setting()` empty), so
+        that such a run is the note's run, under the note's cache key."""
+        for step in critical:
+            if not 1 <= step <= steps:
+                raise ValueError(f"step {step} is outside 1..{steps}")
+        given = frozenset(critical)
+        return cls(steps, None if not given or given == _note_steps(steps) else given)
+
+    def setting(self) -> tuple[int, ...]:
+        """The critical steps as a configuration holds them (TrainingConfig.critical,
+        Workload.critical): sorted, or empty on the note's schedule."""
+        return () if self.critical is None else tuple(sorted(self.critical))
 
     def critical_steps(self) -> frozenset[int]:
         if self.critical is not None:
             return self.critical
-        return frozenset({1, 2, 3, self.steps}) & frozenset(range(1, self.steps + 1))
+        return _note_steps(self.steps)
 
     def classify(self, step: int, norm: float | None = None) -> bool:
         return step in self.critical_steps()
