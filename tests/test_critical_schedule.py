@@ -8,6 +8,7 @@ import argparse
 
 import pytest
 
+from commands.train import arguments, training_config
 from host_agent.core import StaticSchedule
 from study.runs import Setup, plan
 from study.variants import (
@@ -62,6 +63,30 @@ def test_the_setting_survives_json_and_bad_ones_are_refused():
         TrainingConfig(ranks=RANKS, rank=0, steps=5, misclassify=(0,)).validate()
     with pytest.raises(ValueError, match="static schedule's"):
         TrainingConfig(ranks=RANKS, rank=0, steps=5, critical=(1,), detector="accordion").validate()
+    # the note's schedule named comes back as the note's, a list given as its sorted steps
+    note = TrainingConfig(ranks=RANKS, rank=1, critical=(1, 2, 3, 20))
+    assert TrainingConfig.from_json(note.to_json()).critical == ()
+    assert TrainingConfig.from_json(
+        TrainingConfig(ranks=RANKS, rank=1, steps=5, critical=(4, 1, 4)).to_json()
+    ).critical == (1, 4)
+
+
+def train_args(*flags: str) -> argparse.Namespace:
+    return arguments().parse_args(
+        ["--iface", "lo", "--ranks", ",".join(RANKS), "--rank", "0", *flags]
+    )
+
+
+def test_forgive_train_given_the_notes_schedule_runs_the_notes():
+    assert training_config(train_args("--critical", "1,2,3,20")).critical == ()
+    assert training_config(train_args("--critical", "3,1,3")).critical == (1, 3)
+    assert training_config(train_args("--steps", "5", "--critical", "5,3,2,1")).critical == ()
+    # the JSON of --config, then the flags on it: the schedule is the merged run's
+    cfg = TrainingConfig(ranks=RANKS, rank=0, steps=5, critical=(1,))
+    got = training_config(train_args("--config", cfg.to_json(), "--critical", "1,2,3,5"))
+    assert got.critical == () and make_detector(got) == StaticSchedule(steps=5)
+    with pytest.raises(ValueError, match=r"^critical: step 21 is outside 1\.\.20$"):
+        training_config(train_args("--critical", "1,21"))
 
 
 def test_misclassification_follows_the_schedule_given():

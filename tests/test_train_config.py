@@ -76,6 +76,10 @@ def test_flags_override_the_json_and_read_like_the_fields():
         ('{"ranks": ["10.0.0.1", "10.0.0.2"], "rank": 0, "colour": 1}', "unknown training setting"),
         ('{"ranks": ["10.0.0.1", "10.0.0.2"], "rank": 0, "steps": "9"}', "steps = '9' is not int"),
         ('{"ranks": ["10.0.0.1"], "rank": 0}', "need 2..128 ranks"),
+        (
+            '{"ranks": ["10.0.0.1", "10.0.0.2"], "rank": 0, "critical": [1, 21]}',
+            "critical: step 21 is outside 1..20",
+        ),
         ("[1, 2]", "must be a JSON object"),
         ("{", "is not JSON"),
     ],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import random
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import IntEnum
 from typing import Any
 
@@ -91,7 +91,9 @@ class TrainingConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainingConfig:
-        """Build and validate a configuration; ValueError names an unknown or bad field."""
+        """Build and validate a configuration; ValueError names an unknown or bad field. The
+        critical steps come back as the schedule keeps them: `forgive-train --critical
+        1,2,3,20` is the note's schedule, critical (), as the runner hands it over."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -111,7 +113,7 @@ class TrainingConfig:
         lists = {k: tuple(values.get(k, ())) for k in ("critical", "misclassify")}
         cfg = cls(**{**values, "ranks": tuple(ranks), **lists})
         cfg.validate()
-        return cfg
+        return replace(cfg, critical=cfg.schedule().setting())
 
     @classmethod
     def from_json(cls, text: str) -> TrainingConfig:
