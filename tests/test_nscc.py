@@ -315,6 +315,40 @@ def test_exempt_window_ignores_marks_and_delay_then_obeys_from_the_window_it_hol
     assert flow.rate.window >= 0.5 * exempt_window, "one decrease, from the window it held"
 
 
+def ring_step(tx: ForgiveSender, flow: int, packets: int, rtt: float, t0: float) -> float:
+    """Send a flow of full packets to one peer, then acknowledge each, unmarked, `rtt` after
+    it left; returns when the last ACK came."""
+    tx.open_flow(flow, packets * K, t0, peer="next")
+    t = t0
+    while tx._flows[flow].next_new < packets * K:
+        tx.poll(t)
+        t += 1e-9
+    sent = {lo: at for lo, (_, at, _) in tx._flows[flow].inflight.items()}
+    for k in range(packets):
+        t = sent[k * K] + rtt
+        tx.receive(ack(flow, (k + 1) * K, k * K, K), t)
+    return t
+
+
+@pytest.mark.parametrize("queued", [0.3e-6, 3e-6])
+def test_a_short_flows_smoothed_delay_is_its_paths_not_its_queues(queued):
+    """The note's ring step at bytes / 32 (8 packets over four hops, 1 us links shrunk 32
+    times) with every round trip queued above the target and unmarked: each sample enters
+    the average as a quarter of the base round trip whatever the queue, and the last ACK
+    ends the flow before the window sees it, so the recorded average is
+    B/4 (1 - 0.9875^7) = 0.0124 us for B = 0.587 us, however long the queue (docs/nscc.md)."""
+    tx = ForgiveSender(NsccParams.for_link(400e9, 1 / 32), rto=1.0, rto_max=2.0)
+    base = 8 * 1e-6 / 32 + 4 * (FRAME_BYTES + 58) * 8 / 400e9
+    end = ring_step(tx, 1, 2, base, 0.0)  # an earlier flow measures the path's base
+    assert tx.flow_state(1).window.base_rtt == base
+    ring_step(tx, 2, 8, base + queued, end + 1e-6)
+    window = tx.flow_state(2).window
+    assert queued > tx._flows[2].rate.params.target_delay
+    assert window.base_rtt == base
+    assert window.avg_delay == pytest.approx(base / 4 * (1 - 0.9875**7), rel=1e-12)
+    assert round(window.avg_delay * 1e6, 4) == 0.0124
+
+
 def test_cnps_do_not_move_the_window():
     tx = nscc_sender()
     tx.open_flow(1, 100 * K, 0.0)
