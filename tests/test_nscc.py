@@ -334,19 +334,19 @@ def ring_step(tx: ForgiveSender, flow: int, packets: int, rtt: float, t0: float)
 def test_a_short_flows_smoothed_delay_is_its_paths_not_its_queues(queued):
     """The note's ring step at bytes / 32 (8 packets over four hops, 1 us links shrunk 32
     times) with every round trip queued above the target and unmarked: each sample enters
-    the average as a quarter of the base round trip whatever the queue, and the last ACK
-    ends the flow before the window sees it, so the recorded average is
-    B/4 (1 - 0.9875^7) = 0.0124 us for B = 0.587 us, however long the queue (docs/nscc.md)."""
+    the average as a quarter of the base round trip whatever the queue, the ACK that ends
+    the flow included, so the recorded average is B/4 (1 - 0.9875^8) = 0.0140 us for
+    B = 0.587 us, however long the queue (docs/nscc.md)."""
     tx = ForgiveSender(NsccParams.for_link(400e9, 1 / 32), rto=1.0, rto_max=2.0)
     base = 8 * 1e-6 / 32 + 4 * (FRAME_BYTES + 58) * 8 / 400e9
-    end = ring_step(tx, 1, 2, base, 0.0)  # an earlier flow measures the path's base
+    end = ring_step(tx, 1, 1, base, 0.0)  # an earlier flow, one packet, measures the base
     assert tx.flow_state(1).window.base_rtt == base
     ring_step(tx, 2, 8, base + queued, end + 1e-6)
     window = tx.flow_state(2).window
     assert queued > tx._flows[2].rate.params.target_delay
     assert window.base_rtt == base
-    assert window.avg_delay == pytest.approx(base / 4 * (1 - 0.9875**7), rel=1e-12)
-    assert round(window.avg_delay * 1e6, 4) == 0.0124
+    assert window.avg_delay == pytest.approx(base / 4 * (1 - 0.9875**8), rel=1e-12)
+    assert round(window.avg_delay * 1e6, 4) == 0.0140
 
 
 def test_cnps_do_not_move_the_window():

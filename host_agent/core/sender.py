@@ -678,6 +678,10 @@ class ForgiveSender:
                 self._sample_rtt(flow, age)
             elif flow.path.rtt_min is not None and age < flow.path.rtt_min:
                 flow.late_acks += 1
+        # The ACK that completes the flow is still the window's sample, as uet-htsim's
+        # last ACK is: a flow of n packets gives n round trips, not n - 1, and its last
+        # full-size one may lower the path's base for the flows after it.
+        stopped = flow.stopped
         fresh = self._settle(flow, 0, rcv_nxt, now)
         if length:
             fresh += self._settle(flow, lo, lo + length, now)
@@ -685,7 +689,7 @@ class ForgiveSender:
         while order and order[0][2] <= flow.acked.una:
             _, seg_lo, _ = order.popleft()
             flow.inflight.pop(seg_lo, None)
-        if self._windowed and not flow.stopped:
+        if self._windowed and not stopped:
             window: NsccWindow = flow.rate  # type: ignore[assignment]
             full = length == PACKET_BYTES
             if full and rtt is not None:
