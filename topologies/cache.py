@@ -26,7 +26,7 @@ from topologies.results import RunResult
 from topologies.runplan import RunConfig
 from topologies.typed import RecordError
 
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 """Raise it when what a run records changes, so that older runs are not taken for new ones."""
 RESULT = "result.json"
 CONFIG = "config.json"
