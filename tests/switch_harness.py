@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
@@ -48,6 +49,14 @@ def can_use_netns() -> str | None:
     if shutil.which("ip") is None:
         return "needs iproute2"
     return None
+
+
+NETNS = [
+    pytest.mark.netns,
+    pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns())),
+]
+"""The marks of a test on veths and raw sockets: it runs in the namespace queue
+(tests/conftest.py) and is skipped, with the reason, where they cannot be made."""
 
 
 def sh(*args: str) -> None:

@@ -13,9 +13,9 @@ from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from switch_harness import (
+    NETNS,
     ModelProcess,
     VethSet,
-    can_use_netns,
     device_config,
     free_tcp_port,
     p4info_path,
@@ -35,8 +35,9 @@ from switch_model.p4runtime_server import SwitchService, serve
 
 def netns(test):
     """Veths and raw sockets: run under the namespace lock, skipped where they cannot run."""
-    skip = pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns()))
-    return pytest.mark.netns(skip(test))
+    for mark in NETNS:
+        test = mark(test)
+    return test
 
 
 H1_MAC, H2_MAC = "02:00:00:00:01:01", "02:00:00:00:02:02"

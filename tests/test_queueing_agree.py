@@ -25,10 +25,10 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from switch_harness import (
+    NETNS,
     Bmv2Process,
     ModelProcess,
     VethSet,
-    can_use_netns,
     device_config,
     p4info,
 )
@@ -42,10 +42,7 @@ from controller.topology import PortSpec, SwitchSpec
 from host_agent.scapy_layer import FTH
 from switch_model.surface import PMAX_ONE, Thresholds
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns())),
-]
+pytestmark = NETNS
 
 LINE_BPS = 20_000_000
 """The emulation's default host link."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.l2 import Ether
-from switch_harness import ModelProcess, VethSet, can_use_netns, device_config, p4info
+from switch_harness import NETNS, ModelProcess, VethSet, device_config, p4info
 
 from common import p4names
 from common.wire import FORGIVE_UDP_PORT, PACKET_BYTES, TRIMMED_FRAME_LEN, Flag, Opcode
@@ -29,10 +29,7 @@ from host_agent.scapy_layer import FTH
 from switch_model.crc16 import crc16
 from switch_model.surface import Thresholds
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns())),
-]
+pytestmark = NETNS
 
 HOST_MAC = {1: 0x020000000001, 2: 0x020000000002, 3: 0x020000000003, 4: 0x020000000004}
 SRC_MAC = "02:00:00:00:aa:aa"

@@ -10,10 +10,10 @@ import pytest
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import Ether
 from switch_harness import (
+    NETNS,
     Bmv2Process,
     ModelProcess,
     VethSet,
-    can_use_netns,
     device_config,
     p4info,
 )
@@ -25,8 +25,7 @@ from controller.p4info import P4InfoIndex
 from host_agent.scapy_layer import FTH
 
 pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(can_use_netns() is not None, reason=str(can_use_netns())),
+    *NETNS,
     pytest.mark.skipif(Bmv2Process.missing() is not None, reason=str(Bmv2Process.missing())),
 ]
 
