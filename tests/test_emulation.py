@@ -5,24 +5,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from fabric_harness import FORGIVE, MININET
 
 from workload.lossrecord import LossRecord
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.fabric,
-    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
-    pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
-]
-FORGIVE = [sys.executable, "-m", "commands.forgive"]
+pytestmark = MININET
 SHORT = ["--steps", "3", "--grad-mib", "32", "--timeout", "120"]
 OUR_INTERFACES = re.compile(r"\b(?:leaf|spine)\d+-eth\d+")
 OUR_PROCESSES = re.compile(

@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from fabric_harness import FORGIVE
 
 from topologies.leftovers import FabricBusy, fabric_lock, our_interfaces, our_processes
 
@@ -17,7 +18,6 @@ pytestmark = [
     pytest.mark.fabric,
     pytest.mark.skipif(os.geteuid() != 0, reason="veths and the fabric lock need root"),
 ]
-FORGIVE = [sys.executable, "-m", "commands.forgive"]
 
 
 @pytest.fixture

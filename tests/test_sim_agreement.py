@@ -29,21 +29,12 @@ and the jittered simulator's is 1.05 to 3.7 times its. Nor is the sign of the sa
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import statistics
 import subprocess
-import sys
 
-import pytest
+from fabric_harness import FORGIVE, MININET
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.fabric,
-    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
-    pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
-]
-FORGIVE = [sys.executable, "-m", "commands.forgive"]
+pytestmark = MININET
 JOB = ["--fabric", "2to1", "--steps", "6", "--timeout", "300"]
 SIMULATION = ["compare", "--engine", "sim", "--policies", "forgive", "--seeds", "1,2,3"]
 SIMULATION += ["--host-link-mbps", "20", "--byte-scale", "64", "--jitter", "1", "--workers", "2"]

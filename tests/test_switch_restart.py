@@ -9,19 +9,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from fabric_harness import FORGIVE, MININET
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.fabric,
-    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
-    pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
-]
-FORGIVE = [sys.executable, "-m", "commands.forgive"]
+pytestmark = MININET
 MARKERS = {
     "model": ("commands.switch --name leaf1 ",),
     "bmv2": ("simple_switch_grpc ", " 1@leaf1-eth1 "),
