@@ -30,6 +30,7 @@ from impact.experiment import (
 )
 from impact.masks import COMPARISONS, NO_LOSS, RECORDED, UNIFORM
 from impact.ring import TREATMENTS
+from topologies.plots import save_figure
 from topologies.results import range_cell, render_table
 
 TRAINING_COLUMNS = [
@@ -255,9 +256,7 @@ def _save(fig, path: Path) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.get_legend_handles_labels()[0]:  # an empty panel (an arm not measured) has none
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_curves(path: Path, results: Results, metric: str, ylabel: str) -> None:

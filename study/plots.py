@@ -15,6 +15,7 @@ from study import figures as fg
 from study import variants as v
 from study.claims import BY_KEY
 from study.regime import NOTE_SAVING, NOTE_SLACK
+from topologies.plots import save_figure
 
 WORST_FABRIC = [x.name for x in v.VARIANTS if x.fabric == v.WORST and not x.companion]
 COLORS = {x.name: plt.get_cmap("tab20")(i % 20) for i, x in enumerate(v.VARIANTS)}
@@ -52,9 +53,7 @@ def plot_allreduce_cdfs(path: Path, runs: fg.Runs) -> None:
     if axes[1].get_legend_handles_labels()[0]:
         axes[1].legend(fontsize=8)
     fig.suptitle("All-reduce completion times on the worst fabric")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_trims_per_fifth(path: Path, runs: fg.Runs) -> None:
@@ -92,9 +91,7 @@ def plot_trims_per_fifth(path: Path, runs: fg.Runs) -> None:
     bottom.set_xticks(list(xs))
     for ax in (top, bottom):
         ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_time_saved(path: Path, runs: fg.Runs) -> None:
@@ -121,9 +118,7 @@ def plot_time_saved(path: Path, runs: fg.Runs) -> None:
     ax.set_xlabel("training time saved, % (bar: median over seeds, whiskers: range; black: note)")
     ax.set_title("Time saved per variant")
     ax.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_all(folder: Path, runs: fg.Runs) -> list[Path]:
@@ -179,9 +174,7 @@ def plot_saving_vs_slack(path: Path, cells, fitted) -> None:
     ax.set_title("Where the exemption pays: saving against the baseline's slack")
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_given_up_vs_saving(path: Path, cells) -> None:
@@ -198,9 +191,7 @@ def plot_given_up_vs_saving(path: Path, cells) -> None:
     ax.set_title("What the saving costs: bytes given up")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_regime(folder: Path, cells, fitted) -> list[Path]:

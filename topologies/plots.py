@@ -31,6 +31,12 @@ def _finish(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
     ax.set_title(title)
     ax.legend()
     ax.grid(alpha=0.3)
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> None:
+    """Every plot of the project (runs, study, impact) laid out and saved at one resolution,
+    its figure closed (pyplot keeps every open one alive)."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -87,9 +93,7 @@ def plot_forgiveness(
         ax.legend(fontsize=8)
     axes[-1, 0].set_xlabel("training step")
     axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_trims(path: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None) -> None:
