@@ -65,7 +65,10 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def training_config(args: argparse.Namespace) -> TrainingConfig:
-    """The JSON of `--config` with every flag given on top; validated here, once."""
+    """The JSON of `--config` with every flag given on top, validated; its critical steps as
+    StaticSchedule.of keeps them (sorted, `()` for the note's: `--critical 1,2,3,20` is the
+    note's schedule, as the runner hands it over), once merged, so that `--steps` on top of
+    a config naming 1, 2, 3 and 5 of five steps keeps step 5."""
     values: dict[str, Any] = {}
     if args.config is not None:
         values = dataclasses.asdict(TrainingConfig.from_json(args.config))
@@ -76,7 +79,8 @@ def training_config(args: argparse.Namespace) -> TrainingConfig:
             values[f.name] = value * scale if scale else value
     if args.seed is not None:
         values["seed"] = args.seed
-    return TrainingConfig.from_dict(values)
+    cfg = TrainingConfig.from_dict(values)
+    return dataclasses.replace(cfg, critical=cfg.schedule().setting())
 
 
 def arguments() -> argparse.ArgumentParser:

@@ -63,12 +63,9 @@ def test_the_setting_survives_json_and_bad_ones_are_refused():
         TrainingConfig(ranks=RANKS, rank=0, steps=5, misclassify=(0,)).validate()
     with pytest.raises(ValueError, match="static schedule's"):
         TrainingConfig(ranks=RANKS, rank=0, steps=5, critical=(1,), detector="accordion").validate()
-    # the note's schedule named comes back as the note's, a list given as its sorted steps
+    # the JSON keeps the steps as named: `()` is the note's steps of the run's own length
     note = TrainingConfig(ranks=RANKS, rank=1, critical=(1, 2, 3, 20))
-    assert TrainingConfig.from_json(note.to_json()).critical == ()
-    assert TrainingConfig.from_json(
-        TrainingConfig(ranks=RANKS, rank=1, steps=5, critical=(4, 1, 4)).to_json()
-    ).critical == (1, 4)
+    assert TrainingConfig.from_json(note.to_json()) == note
 
 
 def train_args(*flags: str) -> argparse.Namespace:
@@ -85,8 +82,22 @@ def test_forgive_train_given_the_notes_schedule_runs_the_notes():
     cfg = TrainingConfig(ranks=RANKS, rank=0, steps=5, critical=(1,))
     got = training_config(train_args("--config", cfg.to_json(), "--critical", "1,2,3,5"))
     assert got.critical == () and make_detector(got) == StaticSchedule(steps=5)
+    given = TrainingConfig(ranks=RANKS, rank=0, steps=5, critical=(4, 1, 4))
+    assert training_config(train_args("--config", given.to_json())).critical == (1, 4)
     with pytest.raises(ValueError, match=r"^critical: step 21 is outside 1\.\.20$"):
         training_config(train_args("--critical", "1,21"))
+
+
+def test_forgive_train_keeps_the_steps_its_config_names_whatever_flags_follow():
+    """The note's schedule is a run's 1, 2, 3 and its last, so a --config that names
+    1, 2, 3 and 5 of five steps keeps step 5 when --steps makes the run 20 steps long, and
+    still refuses the accordion detector, which takes no given steps."""
+    named = TrainingConfig(ranks=RANKS, rank=0, steps=5, critical=(1, 2, 3, 5)).to_json()
+    longer = training_config(train_args("--config", named, "--steps", "20"))
+    assert longer.critical == (1, 2, 3, 5)
+    assert make_detector(longer).critical_steps() == {1, 2, 3, 5}
+    with pytest.raises(ValueError, match="static schedule's"):
+        training_config(train_args("--config", named, "--detector", "accordion"))
 
 
 def test_misclassification_follows_the_schedule_given():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import random
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from enum import IntEnum
 from typing import Any
 
@@ -92,8 +92,9 @@ class TrainingConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainingConfig:
         """Build and validate a configuration; ValueError names an unknown or bad field. The
-        critical steps come back as the schedule keeps them: `forgive-train --critical
-        1,2,3,20` is the note's schedule, critical (), as the runner hands it over."""
+        critical steps stay as given (`schedule().setting()` is their one form): `()` is the
+        note's 1, 2, 3 and last of the run's own length, so folding named steps into it here
+        would change them when a flag on top of a --config changes `steps`."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -113,7 +114,7 @@ class TrainingConfig:
         lists = {k: tuple(values.get(k, ())) for k in ("critical", "misclassify")}
         cfg = cls(**{**values, "ranks": tuple(ranks), **lists})
         cfg.validate()
-        return replace(cfg, critical=cfg.schedule().setting())
+        return cfg
 
     @classmethod
     def from_json(cls, text: str) -> TrainingConfig:
