@@ -4,30 +4,21 @@ as the first job's companion, and a detector that errs, through the same ranks a
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-
-ROOT = [
-    pytest.mark.netns,
-    pytest.mark.fabric,
-    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
-    pytest.mark.skipif(shutil.which("mnexec") is None, reason="Debian's mininet is not installed"),
-]
+from fabric_harness import FORGIVE, MININET
 
 
-@pytest.mark.parametrize("engine", ["sim", pytest.param("mininet", marks=ROOT)])
+@pytest.mark.parametrize("engine", ["sim", pytest.param("mininet", marks=MININET)])
 def test_second_job_and_misclassifying_detector(engine):
     with tempfile.TemporaryDirectory(prefix="st") as tmp:
         cache, out = Path(tmp) / "cache", Path(tmp) / "out"
         variants = "second-job:tight,detector:critical-missed"
         proc = subprocess.run(
-            [sys.executable, "-m", "commands.forgive", "study", "note", "--engine", engine,
+            [*FORGIVE, "study", "note", "--engine", engine,
              "--fabric", "2to1", "--nonblocking-fabric", "nonblocking", "--job", "default",
              "--steps", "2", "--seeds", "1", "--variants", variants, "--timeout", "120",
              "--cache", str(cache), "--out", str(out)],
