@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TextIO
 
 
 def say(line: str) -> None:
@@ -15,9 +16,12 @@ def say(line: str) -> None:
 class Progress:
     """One status line per run, rewritten in place on a terminal, one line per step elsewhere."""
 
-    def __init__(self, label: str, steps: int, stream=sys.stderr) -> None:
-        self.label, self.steps, self.stream = label, steps, stream
-        self.tty = stream.isatty()
+    def __init__(self, label: str, steps: int, stream: TextIO | None = None) -> None:
+        # stderr as it is now, not as it was when this module was imported (a default
+        # argument would keep a stream that was swapped since, and is closed by then)
+        self.stream = sys.stderr if stream is None else stream
+        self.label, self.steps = label, steps
+        self.tty = self.stream.isatty()
         self.last = -1
         self.started = time.monotonic()
 
