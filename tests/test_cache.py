@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from topologies import cache
 from topologies.cache import RESULT, RunCache, config_doc, link_runs, run_cached, run_key
 from topologies.fabric import preset
 from topologies.results import RunResult, StepResult
@@ -53,6 +54,16 @@ def test_the_key_follows_what_decides_a_run_and_nothing_else():
     assert len(keys) == len(others) and run_key(BASE) not in keys
     # runs in exact timing keep the keys they had before the jitter option existed
     assert "jitter_frames" not in config_doc(replace(BASE, engine="sim"))
+
+
+def test_a_change_to_nscc_alone_moves_only_nscc_runs_keys(monkeypatch):
+    nscc = replace(BASE, engine="sim", cc="nscc")
+    dcqcn = replace(BASE, engine="sim")
+    before = run_key(nscc), run_key(dcqcn)
+    monkeypatch.setattr(cache, "NSCC_VERSION", cache.NSCC_VERSION + 1)
+    assert run_key(nscc) != before[0] and run_key(dcqcn) == before[1]
+    monkeypatch.setattr(cache, "CACHE_VERSION", cache.CACHE_VERSION + 1)
+    assert run_key(dcqcn) != before[1]
 
 
 def test_jitter_is_refused_outside_the_simulator_and_below_zero():

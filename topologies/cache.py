@@ -26,8 +26,12 @@ from topologies.results import RunResult
 from topologies.runplan import RunConfig
 from topologies.typed import RecordError
 
-CACHE_VERSION = 5
+CACHE_VERSION = 4
 """Raise it when what a run records changes, so that older runs are not taken for new ones."""
+NSCC_VERSION = 2
+"""Raise it when what an NSCC run records changes and a DCQCN run's does not: only NSCC
+runs carry it, so DCQCN runs keep their keys (2: the ACK that completes a flow is its
+window's sample, 7f546ae)."""
 RESULT = "result.json"
 CONFIG = "config.json"
 
@@ -38,6 +42,8 @@ def config_doc(config: RunConfig) -> dict[str, Any]:
     doc.pop("timeout_s")
     if doc["cc"] == "dcqcn":
         doc.pop("cc")  # DCQCN runs keep the keys they had before NSCC existed
+    else:
+        doc["nscc_version"] = NSCC_VERSION
     if not doc["switch_restarts"]:
         doc.pop("switch_restarts")  # nor do runs that restart no switch change theirs
     if not doc["workload"]["critical"]:
