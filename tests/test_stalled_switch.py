@@ -30,6 +30,17 @@ SERVE = (
 )
 
 
+def sigstop(proc: subprocess.Popen) -> None:
+    """Stop `proc` and return once every thread of it is stopped. kill() only queues the
+    signal: a thread busy on another core (a gRPC poller, on a loaded machine) can still
+    answer a read sent in that moment, which the tests would take for a stopped switch's."""
+    os.kill(proc.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while not all(is_stopped(int(t)) for t in os.listdir(f"/proc/{proc.pid}/task")):
+        assert time.monotonic() < deadline, f"pid {proc.pid} not stopped 5 s after SIGSTOP"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def switch():
     """A model switch's P4Runtime service in a process of its own, with forgive.p4 pushed."""
@@ -72,7 +83,7 @@ def test_a_stalled_switch_is_named_by_the_client(switch):
     query = [p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry())]  # every counter
     client.read(query)  # it answers while running
     client.timeout = 1.0  # what a stopped switch is given to answer
-    os.kill(proc.pid, signal.SIGSTOP)
+    sigstop(proc)
     with pytest.raises(SwitchUnreachable) as err:
         client.read(query)
     assert str(err.value) == (
@@ -103,7 +114,7 @@ def test_a_stalled_switch_is_named_when_the_run_reads_its_counters(switch, tmp_p
         controller.connect(write=False)
         assert set(run._totals()) == {"s1"}
         controller.clients["s1"].timeout = 1.0
-        os.kill(proc.pid, signal.SIGSTOP)
+        sigstop(proc)
         with pytest.raises(RunError) as err:
             run._totals()
         assert str(err.value) == (
