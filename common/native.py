@@ -33,6 +33,7 @@ COMPILED = (
     "host_agent.core.fields",
     "host_agent.core.scoreboard",
     "host_agent.core.detector",
+    "host_agent.core.dcqcn",
     "host_agent.core.sender",
     "host_agent.core.receiver",
     "host_agent.endpoint",
@@ -46,9 +47,8 @@ COMPILED = (
 )
 """The modules mypyc compiles: the ones the simulator's profile puts each frame through (the
 outer headers, the ECMP hash and the port counters too: an interpreted callee of compiled
-code costs it more than the interpreter would). Left out: host_agent.core.dcqcn and nscc
-(their parameter classes fill `float = None` fields after construction, which a compiled
-class cannot hold), and the agent's driver, which mostly calls sockets. The simulator's
+code costs it more than the interpreter would). Left out: host_agent.core.nscc (run only by
+`--cc nscc`), and the agent's driver, which mostly calls sockets. The simulator's
 engine is in: its event loop (`Clock`) and the glue between it and the compiled hosts and
 switches run per event."""
 PURE_ENV = "FORGIVE_PURE"

@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 DEFAULT_PROFILE = "paper"
 """The profile every host runs unless told otherwise (`--dcqcn`)."""
 OFF = "off"
@@ -91,12 +93,16 @@ _EPS = 1e-9
 """Tolerance, in periods, for "at the same instant" on the timers' grids."""
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True)
 class DcqcnParams:
     """One profile's constants, scaled to a link. Fields left None take the profile's value.
 
     `rate_reduce_period` is 0 for the paper (every notification cuts at once)
     and the NIC's cut-check period otherwise; `byte_counter` 0 means none.
+    An ordinary Python class where the module is compiled (common/native.py): it fills its
+    `None` fields after construction, which a compiled class's typed fields cannot hold, and
+    only the reaction points below, which read it once per flow, are hot.
     """
 
     line_rate_bps: float
