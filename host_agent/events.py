@@ -126,19 +126,32 @@ Event = SendDone | RecvDone | Shed | FlowFailed | BoundViolation
 def record(event: Event) -> dict[str, Any]:
     """The event as the JSON object the local API sends (without the payload bytes)."""
     out: dict[str, Any] = {"event": event.kind}
-    for f in fields(event):
-        if f.name not in _NOT_RECORDED:
-            value = getattr(event, f.name)
-            if f.name in _RECORDED_WHEN_SET:
-                if value is None:
-                    continue
-                value = asdict(value)
-            out[f.name] = value
+    for name, when_set in _recorded(type(event)):
+        value = getattr(event, name)
+        if when_set:
+            if value is None:
+                continue
+            value = asdict(value)
+        out[name] = value
     if isinstance(event, Shed):
         out["shed"] = True
     return out
 
 
+def _recorded(kind: type) -> tuple[tuple[str, bool], ...]:
+    """The fields `record` writes for an event class, in order, each with whether it is
+    written only when set: worked out once per class, since a run records every flow twice."""
+    names = _RECORDED_FIELDS.get(kind)
+    if names is None:
+        names = _RECORDED_FIELDS[kind] = tuple(
+            (f.name, f.name in _RECORDED_WHEN_SET)
+            for f in fields(kind)
+            if f.name not in _NOT_RECORDED
+        )
+    return names
+
+
+_RECORDED_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
 _NOT_RECORDED = frozenset(("payload", "sending"))
 _RECORDED_WHEN_SET = frozenset(("window",))
 """Fields a record has only when they hold a value (a state dataclass, recorded as its JSON
