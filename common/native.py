@@ -44,11 +44,17 @@ COMPILED = (
     "switch_model.crc16",
     "switch_model.counters",
     "topologies.virtual",
+    "switch_model.tables",
+    "workload.rank",
 )
 """The modules mypyc compiles: the ones the simulator's profile puts each frame through (the
 outer headers, the ECMP hash and the port counters too: an interpreted callee of compiled
-code costs it more than the interpreter would). Left out: host_agent.core.nscc (run only by
-`--cc nscc`), and the agent's driver, which mostly calls sockets. The simulator's
+code costs it more than the interpreter would). The forwarding tables (`switch_model.tables`, a
+lookup per frame at every switch) and the training rank (`workload.rank`, a turn per
+message event) are in. Left out: host_agent.core.nscc (run only by `--cc nscc`);
+workload.plan, whose config check reads its dataclass fields' annotations as strings,
+which compiled become types; host_agent.events, whose classes' `kind` a compiled slotted
+dataclass would make a field; and the agent's driver, which mostly calls sockets. The simulator's
 engine is in: its event loop (`Clock`) and the glue between it and the compiled hosts and
 switches run per event."""
 PURE_ENV = "FORGIVE_PURE"

@@ -88,7 +88,8 @@ class Forwarding:
     lpm_default: Route = DROP
     ecmp: dict[tuple[int, int], Route] = field(default_factory=dict)
     ecmp_default: Route = DROP
-    thresholds: dict[int, Thresholds] = field(default_factory=dict)
+    thresholds: dict[int, Thresholds | None] = field(default_factory=dict)
+    """An entry of another action than set_thresholds leaves its port unmanaged too."""
     thresholds_default: Thresholds | None = None
     """None: NoAction, the port is unmanaged."""
     trimming_default: SwitchTrimming | None = None

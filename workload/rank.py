@@ -26,6 +26,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import IO, Any
 
 from common import records
@@ -352,7 +353,7 @@ class Rank:
         sends = plan.gradient_sends
         self._send(sends[0], step, now)
         for prev, nxt in zip(plan.gradient_recvs, sends[1:], strict=False):
-            self._when(_recvs([prev]), lambda t, nxt=nxt: self._send(nxt, step, t), now)
+            self._when(_recvs([prev]), partial(self._send, nxt, step), now)
         needs = [*_recvs(plan.gradient_recvs), *_sends(sends)]
         if self.cfg.tp_phase == "overlap":
             needs.append(("compute-done", step))
