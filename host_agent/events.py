@@ -8,6 +8,7 @@ API turns them into JSON lines, the training rank reacts to them directly.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from functools import cache
 from typing import Any
 
 from common import records
@@ -138,20 +139,15 @@ def record(event: Event) -> dict[str, Any]:
     return out
 
 
+@cache
 def _recorded(kind: type) -> tuple[tuple[str, bool], ...]:
     """The fields `record` writes for an event class, in order, each with whether it is
     written only when set: worked out once per class, since a run records every flow twice."""
-    names = _RECORDED_FIELDS.get(kind)
-    if names is None:
-        names = _RECORDED_FIELDS[kind] = tuple(
-            (f.name, f.name in _RECORDED_WHEN_SET)
-            for f in fields(kind)
-            if f.name not in _NOT_RECORDED
-        )
-    return names
+    return tuple(
+        (f.name, f.name in _RECORDED_WHEN_SET) for f in fields(kind) if f.name not in _NOT_RECORDED
+    )
 
 
-_RECORDED_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
 _NOT_RECORDED = frozenset(("payload", "sending"))
 _RECORDED_WHEN_SET = frozenset(("window",))
 """Fields a record has only when they hold a value (a state dataclass, recorded as its JSON

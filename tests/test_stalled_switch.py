@@ -67,10 +67,7 @@ def test_is_stopped_tells_a_stopped_process_from_a_running_or_gone_one():
     proc = subprocess.Popen(["sleep", "30"])
     try:
         assert not is_stopped(proc.pid)
-        os.kill(proc.pid, signal.SIGSTOP)
-        deadline = time.monotonic() + 5
-        while not is_stopped(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        sigstop(proc)
         assert is_stopped(proc.pid)
     finally:
         stop_process(proc)  # SIGCONT with the SIGTERM: no 10 s wait for SIGKILL

@@ -101,8 +101,9 @@ class DcqcnParams:
     `rate_reduce_period` is 0 for the paper (every notification cuts at once)
     and the NIC's cut-check period otherwise; `byte_counter` 0 means none.
     An ordinary Python class where the module is compiled (common/native.py): it fills its
-    `None` fields after construction, which a compiled class's typed fields cannot hold, and
-    only the reaction points below, which read it once per flow, are hot.
+    `None` fields after construction, which a compiled class's typed fields cannot hold. The
+    reaction points below, the hot part, compile; they read it at a flow's start and at their
+    timer events, as ordinary attribute lookups.
     """
 
     line_rate_bps: float
