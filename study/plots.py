@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.transforms import Bbox
 
 from study import figures as fg
 from study import variants as v
@@ -141,23 +142,82 @@ def _medians_and_ranges(per_seed: dict[int, float | None], sign: float = 1.0):
     return mid, (mid - present[0], present[-1] - mid)
 
 
-def _cell_points(ax, points, y_sign: float, color: str, x_sign: float = 1.0) -> None:
-    """One labelled point per regime cell at its medians, its seed ranges as error bars;
-    `points` are (cell name, x per seed, y per seed), each axis's values times its sign."""
+def _cell_points(
+    ax, points, y_sign: float, color: str, x_sign: float = 1.0
+) -> list[tuple[str, tuple[float, float]]]:
+    """One point per regime cell at its medians, its seed ranges as error bars; `points` are
+    (cell name, x per seed, y per seed), each axis's values times its sign. Returns each
+    cell's name and point, for `_place_labels` once the axes hold everything else."""
+    placed = []
     for name, xs, ys in points:
         x, y = _medians_and_ranges(xs, x_sign), _medians_and_ranges(ys, y_sign)
         if x is None or y is None:
             continue
         ax.errorbar(x[0], y[0], xerr=[[x[1][0]], [x[1][1]]], yerr=[[y[1][0]], [y[1][1]]],
                     fmt="o", capsize=3, color=color)  # fmt: skip
-        ax.annotate(name, (x[0], y[0]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        placed.append((name, (x[0], y[0])))
+    return placed
+
+
+_LABEL_STEPS = (4, 14, 24, 36, 50, 66)
+"""Distances (points) at which a label is tried around its point, nearest first."""
+_LABEL_DIRECTIONS = ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1))
+
+
+def _place_labels(ax, placed: list[tuple[str, tuple[float, float]]]) -> list:
+    """Label each point at the nearest offset where its text covers no other label, no point
+    and not the legend (a cluster of cells near the same slack would otherwise print over
+    itself), with a thin line back to its point once it stands off; where no offset is free,
+    at the first. Called last: the boxes are measured on the drawn canvas, so the axes'
+    limits must be final."""
+    fig = ax.figure
+    fig.tight_layout()  # as `save_figure` lays it out, so the boxes measured here hold there
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    taken = []
+    for _, xy in placed:
+        px, py = ax.transData.transform(xy)
+        taken.append(Bbox.from_bounds(px - 4, py - 4, 8, 8))
+    legend = ax.get_legend()
+    if legend is not None:
+        taken.append(legend.get_window_extent(renderer))
+    frame = ax.get_window_extent(renderer)
+    labels = []
+    for name, xy in placed:
+        tries = [(dx * step, dy * step) for step in _LABEL_STEPS for dx, dy in _LABEL_DIRECTIONS]
+        for offset in tries:
+            box = _label(ax, name, xy, offset).get_window_extent(renderer)
+            ax.texts[-1].remove()  # measured without its line, which would cover its own point
+            inside = frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)
+            if inside and not any(box.overlaps(t) for t in taken):
+                break
+        else:
+            offset = tries[0]
+            box = _label(ax, name, xy, offset).get_window_extent(renderer)
+            ax.texts[-1].remove()
+        taken.append(box)
+        labels.append(_label(ax, name, xy, offset, line=offset != tries[0]))
+    return labels
+
+
+def _label(ax, name: str, xy: tuple[float, float], offset: tuple[int, int], line: bool = False):
+    """A cell's name `offset` points from its point, on the side the offset points to."""
+    dx, dy = offset
+    return ax.annotate(
+        name, xy, fontsize=7, xytext=offset, textcoords="offset points",
+        ha="left" if dx > 0 else "right" if dx < 0 else "center",
+        va="bottom" if dy > 0 else "top" if dy < 0 else "center",
+        arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"} if line else None,
+    )  # fmt: skip
 
 
 def plot_saving_vs_slack(path: Path, cells, fitted) -> None:
     """forgive's saving against the baseline's slack, a point per regime cell with its seed
     ranges, the note's own point, and the least-squares line with its RMS residual."""
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    _cell_points(ax, [(c.cell.name, c.slack, c.change_pct) for c in cells], -1.0, "tab:blue")
+    placed = _cell_points(
+        ax, [(c.cell.name, c.slack, c.change_pct) for c in cells], -1.0, "tab:blue"
+    )
     lo, hi = NOTE_SAVING
     ax.errorbar(NOTE_SLACK, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="*", ms=14, color="black",
                 label=f"the note: slack {NOTE_SLACK:.2f}, saving {lo:g} to {hi:g} %")  # fmt: skip
@@ -172,8 +232,9 @@ def plot_saving_vs_slack(path: Path, cells, fitted) -> None:
     ax.set_xlabel("tight's non-critical all-reduce / its line-rate bound (the baseline's slack)")
     ax.set_ylabel("forgive's training time saved against tight, %")
     ax.set_title("Where the exemption pays: saving against the baseline's slack")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="center right")  # clear of the note's star and of the cells
     ax.grid(alpha=0.3)
+    _place_labels(ax, placed)
     save_figure(fig, path)
 
 
@@ -181,7 +242,7 @@ def plot_given_up_vs_saving(path: Path, cells) -> None:
     """Gradient bytes given up against the saving, a point per regime cell."""
     fig, ax = plt.subplots(figsize=(8, 5))
     points = [(c.cell.name, c.change_pct, c.given_up_pct) for c in cells]
-    _cell_points(ax, points, 1.0, "tab:green", x_sign=-1.0)
+    placed = _cell_points(ax, points, 1.0, "tab:green", x_sign=-1.0)
     lo, hi = NOTE_SAVING
     ax.plot((lo + hi) / 2, 7.56, "*", ms=14, color="black",
             label="the note: 16.1 to 16.7 % saved, 7.55 to 7.57 % given up")  # fmt: skip
@@ -191,6 +252,7 @@ def plot_given_up_vs_saving(path: Path, cells) -> None:
     ax.set_title("What the saving costs: bytes given up")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+    _place_labels(ax, placed)
     save_figure(fig, path)
 
 
