@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass
+from typing import Final
 
 from common.wire import (
     ECN_CE,
@@ -30,14 +31,14 @@ from common.wire import (
     UDP_LEN,
 )
 
-TTL = 64
+TTL: Final = 64
 """IPv4 flags and TTL of every frame the agent sends (the NIC program frames its replies alike)."""
-_IP_WORDS = struct.Struct("!10H")
+_IP_WORDS: Final = struct.Struct("!10H")
 """The IPv4 header as ten 16-bit words: what csum16 sums."""
-_U16 = struct.Struct("!H")
-_CHECKSUM_OFFSET = IPV4_CHECKSUM_AT - ETH_LEN
+_U16: Final = struct.Struct("!H")
+_CHECKSUM_OFFSET: Final = IPV4_CHECKSUM_AT - ETH_LEN
 """Where the checksum sits in the IPv4 header."""
-_CHECKSUM_WORD = _CHECKSUM_OFFSET // 2
+_CHECKSUM_WORD: Final = _CHECKSUM_OFFSET // 2
 
 
 class MalformedFrame(ValueError):
@@ -98,10 +99,10 @@ def set_ipv4_checksum(frame: bytearray, offset: int = ETH_LEN) -> None:
     _U16.pack_into(frame, offset + _CHECKSUM_OFFSET, ~total & 0xFFFF)
 
 
-_ETH_IP = struct.Struct("!6s6sH BBHHHBBH4s4s")
-UDP_STRUCT = struct.Struct("!HHHH")
+_ETH_IP: Final = struct.Struct("!6s6sH BBHHHBBH4s4s")
+UDP_STRUCT: Final = struct.Struct("!HHHH")
 """The UDP header: source port, destination port, length, checksum (0)."""
-_PREFIX_CACHE = 4096
+_PREFIX_CACHE: Final = 4096
 """Distinct (destination, class, length) prefixes kept; bulk flows need a handful."""
 
 
@@ -180,8 +181,8 @@ class Arrival:
     memoryview alone)."""
 
 
-_RX_HEADERS = struct.Struct("!6x6sH BBHHHBBH4s4s HHH2x")
-_FRAGMENT_BITS = IPV4_MORE_FRAGMENTS | IPV4_FRAGMENT_OFFSET
+_RX_HEADERS: Final = struct.Struct("!6x6sH BBHHHBBH4s4s HHH2x")
+_FRAGMENT_BITS: Final = IPV4_MORE_FRAGMENTS | IPV4_FRAGMENT_OFFSET
 """Set in a fragment's flags and offset word, whichever fragment it is."""
 
 
@@ -217,10 +218,10 @@ def parse(frame: bytes | bytearray) -> Arrival | None:
     )  # fmt: skip
 
 
-ARP_REQUEST = 1
-ARP_REPLY = 2
-BROADCAST_MAC = b"\xff" * 6
-_ARP = struct.Struct("!6s6sH HHBBH6s4s6s4s")
+ARP_REQUEST: Final = 1
+ARP_REPLY: Final = 2
+BROADCAST_MAC: Final = b"\xff" * 6
+_ARP: Final = struct.Struct("!6s6sH HHBBH6s4s6s4s")
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,71 +14,72 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
+from typing import Final
 
-ETH_LEN = 14
-IPV4_LEN = 20
+ETH_LEN: Final = 14
+IPV4_LEN: Final = 20
 """Without options, the only IPv4 header FORGIVE sends or a switch forwards intact."""
-UDP_LEN = 8
-FTH_LEN = 16
-HEADERS_LEN = ETH_LEN + IPV4_LEN + UDP_LEN
+UDP_LEN: Final = 8
+FTH_LEN: Final = 16
+HEADERS_LEN: Final = ETH_LEN + IPV4_LEN + UDP_LEN
 """Bytes in front of the FTH on every FORGIVE frame (42)."""
-TRIMMED_FRAME_LEN = HEADERS_LEN + FTH_LEN
+TRIMMED_FRAME_LEN: Final = HEADERS_LEN + FTH_LEN
 """A trimmed packet on the wire: Ethernet, IPv4, UDP and FTH (58 bytes)."""
-TRIMMED_IPV4_TOTAL_LEN = TRIMMED_FRAME_LEN - ETH_LEN
-TRIMMED_UDP_LEN = UDP_LEN + FTH_LEN
+TRIMMED_IPV4_TOTAL_LEN: Final = TRIMMED_FRAME_LEN - ETH_LEN
+TRIMMED_UDP_LEN: Final = UDP_LEN + FTH_LEN
 
-ETHERTYPE_IPV4 = 0x0800
-ETHERTYPE_ARP = 0x0806
-IPPROTO_UDP = 17
-IPV4_IHL_NO_OPTIONS = 5
-IPV4_DONT_FRAGMENT = 0x4000
-IPV4_MORE_FRAGMENTS = 0x2000
-IPV4_FRAGMENT_OFFSET = 0x1FFF
+ETHERTYPE_IPV4: Final = 0x0800
+ETHERTYPE_ARP: Final = 0x0806
+IPPROTO_UDP: Final = 17
+IPV4_IHL_NO_OPTIONS: Final = 5
+IPV4_DONT_FRAGMENT: Final = 0x4000
+IPV4_MORE_FRAGMENTS: Final = 0x2000
+IPV4_FRAGMENT_OFFSET: Final = 0x1FFF
 """The flags and fragment offset word of IPv4: its flag bits and the offset's mask."""
-FORGIVE_UDP_PORT = 17991
-FTH_VERSION = 1
-PACKET_BYTES = 4096
+FORGIVE_UDP_PORT: Final = 17991
+FTH_VERSION: Final = 1
+PACKET_BYTES: Final = 4096
 """Largest DATA payload, and so the largest range one trim can report."""
-DATA_FRAME_LEN = TRIMMED_FRAME_LEN + PACKET_BYTES
+DATA_FRAME_LEN: Final = TRIMMED_FRAME_LEN + PACKET_BYTES
 """A full DATA packet on the wire (4154 bytes): the frame queues, rates and shapers are
 sized in."""
 
 # IPv4 ECN codepoints (RFC 3168), the low two bits of the TOS byte.
-ECN_NOT_ECT = 0
-ECN_ECT0 = 2
-ECN_CE = 3
-ECN_MASK = 0x03
+ECN_NOT_ECT: Final = 0
+ECN_ECT0: Final = 2
+ECN_CE: Final = 3
+ECN_MASK: Final = 0x03
 
 # Where each field starts, in bytes from the start of the Ethernet frame. Fields narrower
 # than a byte share one: version/IHL, DSCP/ECN (the TOS byte), FTH version/opcode.
-ETH_DST_AT = 0
-ETH_SRC_AT = 6
-ETH_TYPE_AT = 12
-IPV4_AT = ETH_LEN
-IPV4_VERSION_IHL_AT = IPV4_AT
-IPV4_TOS_AT = IPV4_AT + 1
-IPV4_TOTAL_LEN_AT = IPV4_AT + 2
-IPV4_IDENTIFICATION_AT = IPV4_AT + 4
-IPV4_FLAGS_FRAG_AT = IPV4_AT + 6
-IPV4_TTL_AT = IPV4_AT + 8
-IPV4_PROTOCOL_AT = IPV4_AT + 9
-IPV4_CHECKSUM_AT = IPV4_AT + 10
-IPV4_SRC_AT = IPV4_AT + 12
-IPV4_DST_AT = IPV4_AT + 16
-UDP_AT = IPV4_AT + IPV4_LEN
-UDP_SRC_PORT_AT = UDP_AT
-UDP_DST_PORT_AT = UDP_AT + 2
-UDP_LENGTH_AT = UDP_AT + 4
-UDP_CHECKSUM_AT = UDP_AT + 6
-FTH_AT = UDP_AT + UDP_LEN
-FTH_VERSION_OPCODE_AT = FTH_AT
-FTH_FLAGS_AT = FTH_AT + 1
-FTH_LENGTH_AT = FTH_AT + 2
-FTH_FLOW_ID_AT = FTH_AT + 4
-FTH_SEQ_AT = FTH_AT + 8
-FTH_AUX_AT = FTH_AT + 12
+ETH_DST_AT: Final = 0
+ETH_SRC_AT: Final = 6
+ETH_TYPE_AT: Final = 12
+IPV4_AT: Final = ETH_LEN
+IPV4_VERSION_IHL_AT: Final = IPV4_AT
+IPV4_TOS_AT: Final = IPV4_AT + 1
+IPV4_TOTAL_LEN_AT: Final = IPV4_AT + 2
+IPV4_IDENTIFICATION_AT: Final = IPV4_AT + 4
+IPV4_FLAGS_FRAG_AT: Final = IPV4_AT + 6
+IPV4_TTL_AT: Final = IPV4_AT + 8
+IPV4_PROTOCOL_AT: Final = IPV4_AT + 9
+IPV4_CHECKSUM_AT: Final = IPV4_AT + 10
+IPV4_SRC_AT: Final = IPV4_AT + 12
+IPV4_DST_AT: Final = IPV4_AT + 16
+UDP_AT: Final = IPV4_AT + IPV4_LEN
+UDP_SRC_PORT_AT: Final = UDP_AT
+UDP_DST_PORT_AT: Final = UDP_AT + 2
+UDP_LENGTH_AT: Final = UDP_AT + 4
+UDP_CHECKSUM_AT: Final = UDP_AT + 6
+FTH_AT: Final = UDP_AT + UDP_LEN
+FTH_VERSION_OPCODE_AT: Final = FTH_AT
+FTH_FLAGS_AT: Final = FTH_AT + 1
+FTH_LENGTH_AT: Final = FTH_AT + 2
+FTH_FLOW_ID_AT: Final = FTH_AT + 4
+FTH_SEQ_AT: Final = FTH_AT + 8
+FTH_AUX_AT: Final = FTH_AT + 12
 
-FTH_STRUCT = struct.Struct("!BBHIII")
+FTH_STRUCT: Final = struct.Struct("!BBHIII")
 
 
 class Opcode(IntEnum):
@@ -97,7 +98,7 @@ class Flag(IntFlag):
     LAST = 0x20
 
 
-MAX_DSCP = 0x3F
+MAX_DSCP: Final = 0x3F
 """DSCP is the top six bits of the TOS byte."""
 
 
@@ -111,10 +112,12 @@ class Dscp(IntEnum):
     CONTROL = 48
 
 
-KNOWN_FLAGS = int(Flag.TRIMMED | Flag.ECE | Flag.ELIGIBLE | Flag.EXHAUSTED | Flag.RETX | Flag.LAST)
+KNOWN_FLAGS: Final = int(
+    Flag.TRIMMED | Flag.ECE | Flag.ELIGIBLE | Flag.EXHAUSTED | Flag.RETX | Flag.LAST
+)
 # Plain ints for the per-packet checks: enum arithmetic costs more than the check.
-_DATA_ONLY_FLAGS = int(Flag.TRIMMED | Flag.RETX | Flag.LAST)
-_TRIMMED = int(Flag.TRIMMED)
+_DATA_ONLY_FLAGS: Final = int(Flag.TRIMMED | Flag.RETX | Flag.LAST)
+_TRIMMED: Final = int(Flag.TRIMMED)
 _DATA, _NACK, _CNP = int(Opcode.DATA), int(Opcode.NACK), int(Opcode.CNP)
 
 

@@ -25,20 +25,20 @@ report still wins. `delay` is on the run's clock: an emulation running
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from common.wire import Flag, Opcode, peek
 
-ACK_EVERY = 32
+ACK_EVERY: Final = 32
 """Data packets acknowledged by one ACK at most."""
-ACK_DELAY = 300e-6
+ACK_DELAY: Final = 300e-6
 """Longest an ACK is held at time scale 1, unless the first timeout is short (below)."""
-ACK_DELAY_PER_RTO = 4
+ACK_DELAY_PER_RTO: Final = 4
 """An ACK is held at most a quarter of the first retransmission timeout."""
 
-_ACK = int(Opcode.ACK)
-_ECE = int(Flag.ECE)
-_MODE = int(Flag.ELIGIBLE | Flag.EXHAUSTED)
+_ACK: Final = int(Opcode.ACK)
+_ECE: Final = int(Flag.ECE)
+_MODE: Final = int(Flag.ELIGIBLE | Flag.EXHAUSTED)
 
 Outgoing = tuple[bytes, Any]
 """A reply and where it goes (opaque here)."""

@@ -21,7 +21,7 @@ import sys
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Final
 
 from common import records
 from common.frames import ip_bytes
@@ -69,29 +69,29 @@ from host_agent.stats import (
 )
 from host_agent.timebins import TimeBins
 
-TRAFFIC_CLASSES: dict[str, Dscp] = {
+TRAFFIC_CLASSES: Final[dict[str, Dscp]] = {
     "gradient": Dscp.GRADIENT,
     "tensor-parallel": Dscp.TENSOR_PARALLEL,
     "pipeline-parallel": Dscp.PIPELINE_PARALLEL,
     "other": Dscp.OTHER,
 }
-_DATA = int(Opcode.DATA)
-_TRIMMED = int(Flag.TRIMMED)
-_CONTROL = int(Dscp.CONTROL)
-UNLOCATED = "unlocated"
+_DATA: Final = int(Opcode.DATA)
+_TRIMMED: Final = int(Flag.TRIMMED)
+_CONTROL: Final = int(Dscp.CONTROL)
+UNLOCATED: Final = "unlocated"
 """Where a trimmed header whose DSCP names no location is counted."""
 
-NSCC_ACK_EVERY = 1
+NSCC_ACK_EVERY: Final = 1
 """An ACK per packet under NSCC, as uet-htsim's receiver sends them: a window of a few packets
 (the simulator's fabric at bytes / 128 holds about seven) would otherwise wait out the ACK
 delay on every round trip, and NSCC's increases and decreases are per ACK."""
 
 Datagram = tuple[bytes, int, int, bytes]
 """(peer, DSCP, flow id, FTH bytes) of one packet to send."""
-TRIM_BIN_S = 1e-6
+TRIM_BIN_S: Final = 1e-6
 """The first width, in fabric seconds, of the bins a step's trims are counted in (they widen
 as the step goes on; host_agent.timebins)."""
-TRIM_FIELDS = ("trimmed_bytes", "gradient_trimmed_bytes", "forgiven_bytes")
+TRIM_FIELDS: Final = ("trimmed_bytes", "gradient_trimmed_bytes", "forgiven_bytes")
 """What `Endpoint.trim_profile` counts per part of a step, in this order."""
 
 

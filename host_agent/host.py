@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from common.frames import (
     UDP_LEN,
@@ -33,12 +33,12 @@ from host_agent.stats import StatsLog
 Frame = tuple[bytes, ...]
 """One frame as the parts a scatter-gather send joins (headers, then the FTH packet)."""
 
-SPORT_BASE = 0xC000
+SPORT_BASE: Final = 0xC000
 """UDP source ports of DATA start here; ACK, NACK and CNP use it as it is."""
-_CONTROL = int(Dscp.CONTROL)
-PREFIX_CACHE = 4096
+_CONTROL: Final = int(Dscp.CONTROL)
+PREFIX_CACHE: Final = 4096
 """Header prefixes kept; a flow's last, shorter packet adds one, so the cache is bounded."""
-MALFORMED_NOTICES = 10
+MALFORMED_NOTICES: Final = 10
 """Malformed frames described on the warning channel; later ones are only counted."""
 
 

@@ -8,11 +8,11 @@ only writer and a read of one slot needs no lock.
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from switch_model.surface import PortCounters
 
-NUM_PORTS = 512
+NUM_PORTS: Final = 512
 """One slot per v1model port number (bit<9>), the size of every counter array."""
 
 

@@ -8,6 +8,8 @@ which is what the table below does.
 
 from __future__ import annotations
 
+from typing import Final
+
 
 def _table() -> tuple[int, ...]:
     rows = []
@@ -19,7 +21,7 @@ def _table() -> tuple[int, ...]:
     return tuple(rows)
 
 
-_TABLE = _table()
+_TABLE: Final = _table()
 
 
 def crc16(data: bytes | bytearray | memoryview) -> int:

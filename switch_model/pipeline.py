@@ -22,6 +22,7 @@ import random
 import struct
 from collections import Counter
 from dataclasses import dataclass
+from typing import Final
 
 from common.frames import ipv4_words_checksum, set_ipv4_checksum
 from common.wire import (
@@ -60,16 +61,16 @@ from switch_model.port import PRIO_HIGH, PRIO_LOW, EgressPort
 from switch_model.surface import DEFAULT_TRIMMING, PMAX_ONE, Thresholds
 from switch_model.tables import EcmpGroup, Forwarding, NextHop
 
-_ETHERTYPE_IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
-_PORTS = struct.Struct("!HH")
-_IP_WORDS = struct.Struct("!10H")
+_ETHERTYPE_IPV4: Final = ETHERTYPE_IPV4.to_bytes(2, "big")
+_PORTS: Final = struct.Struct("!HH")
+_IP_WORDS: Final = struct.Struct("!10H")
 """The IPv4 header as ten 16-bit words: what csum16 sums, and the fields parse_ipv4 reads."""
-_U16 = struct.Struct("!H")
-_HASH_TAIL = struct.Struct("!BHH")
+_U16: Final = struct.Struct("!H")
+_HASH_TAIL: Final = struct.Struct("!BHH")
 """protocol and the two L4 ports, after srcAddr and dstAddr, as choose_ecmp_member hashes them."""
-_TRIMMED_UDP = struct.Struct("!HH")
-_DATA = int(Opcode.DATA)
-_TRIMMED = int(Flag.TRIMMED)
+_TRIMMED_UDP: Final = struct.Struct("!HH")
+_DATA: Final = int(Opcode.DATA)
+_TRIMMED: Final = int(Flag.TRIMMED)
 
 
 @dataclass(slots=True)

@@ -25,26 +25,27 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Final
 
-PRIO_LOW = 0
+PRIO_LOW: Final = 0
 """The data queue. BMv2's priority queueing serves the highest value first."""
-PRIO_HIGH = 1
+PRIO_HIGH: Final = 1
 """Transport control and trimmed headers."""
-DEFAULT_LOW_CAPACITY = 64 << 20
-DEFAULT_HIGH_CAPACITY = 16 << 20
-CATCH_UP_S = 0.001
+DEFAULT_LOW_CAPACITY: Final = 64 << 20
+DEFAULT_HIGH_CAPACITY: Final = 16 << 20
+CATCH_UP_S: Final = 0.001
 """How far behind its schedule a paced queue or port may fall and still send back to back.
 An engine that calls on time (a simulator) never falls behind, so this only matters to
 one that cannot (the packet loop, scheduled by the operating system)."""
-CATCH_UP_FRAMES = 8
+CATCH_UP_FRAMES: Final = 8
 """A busy port may also make up this many full frames it owes: at the emulation's low
 line rates a frame time is longer than CATCH_UP_S, and the packet loop, sharing two cores
 with a whole fabric, is sometimes not scheduled for tens of milliseconds. Without the
 allowance each such stall costs the port capacity for good, and senders paced at the
 same rate keep a standing queue behind it."""
-JUMBO_FRAME_BYTES = 9018
+JUMBO_FRAME_BYTES: Final = 9018
 """The longest frame a port carries: a 9000-byte MTU, the Ethernet header and a VLAN tag."""
-FULL_FRAME_BITS = JUMBO_FRAME_BYTES * 8
+FULL_FRAME_BITS: Final = JUMBO_FRAME_BYTES * 8
 
 
 @dataclass(eq=False, slots=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Final
 
 from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
@@ -42,12 +43,12 @@ class Drop:
     """An entry or default running `drop()`: the packet gets no egress port."""
 
 
-DROP = Drop()
+DROP: Final = Drop()
 Route = NextHop | EcmpGroup | Drop
 """What a routing table's hit (or default) runs, tagged by its action."""
 
 
-LPM_CACHE_LIMIT = 1 << 16
+LPM_CACHE_LIMIT: Final = 1 << 16
 
 _Update = p4runtime_pb2.Update
 

@@ -41,7 +41,7 @@ import io
 import random
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
-from typing import IO, Any
+from typing import IO, Any, Final
 
 from common.frames import mac_text
 from common.wire import DATA_FRAME_LEN
@@ -59,10 +59,10 @@ from topologies.sim_errors import SimulationError
 from workload.plan import TrainingConfig
 from workload.rank import Rank
 
-_FIRST = 0
+_FIRST: Final = 0
 """Priority of what must run before anything else due at the same instant (a process's
 start, as SimPy's URGENT)."""
-_NORMAL = 1
+_NORMAL: Final = 1
 
 
 class Clock:

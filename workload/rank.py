@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import IO, Any
+from typing import IO, Any, Final
 
 from common import records
 from host_agent import events
@@ -50,9 +50,9 @@ from workload.plan import (
 )
 from workload.plan import message_bytes as content_of
 
-LINGER_S = 0.2
+LINGER_S: Final = 0.2
 """How long a finished rank keeps acknowledging, in case a peer's last ACK was lost."""
-_CHECK_BLOCK = 4096
+_CHECK_BLOCK: Final = 4096
 
 Token = tuple[str, int]
 """Something a rank waits for: ("recv", flow), ("send", flow) or ("compute", step)."""

@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
-DEFAULT_PROFILE = "paper"
+DEFAULT_PROFILE: Final = "paper"
 """The profile every host runs unless told otherwise (`--dcqcn`)."""
-OFF = "off"
+OFF: Final = "off"
 """The profile of congestion control off: the reaction point never cuts."""
-PROFILES = (DEFAULT_PROFILE, "nic", OFF)
+PROFILES: Final = (DEFAULT_PROFILE, "nic", OFF)
 
-_PAPER: dict[str, Any] = {
+_PAPER: Final[dict[str, Any]] = {
     # Zhu et al. 2015: g = 1/256, alpha and rate timers of 55 us, a 10 MB byte
     # counter, F = 5 fast-recovery steps, R_AI = 40 Mbps, CNPs at most every
     # 50 us, all for a 40 Gbps NIC. R_HAI is ten times R_AI, the ratio of QCN's
@@ -55,7 +55,7 @@ _PAPER: dict[str, Any] = {
     "cnp_interval_s": 50e-6,
 }
 
-_NIC: dict[str, Any] = {
+_NIC: Final[dict[str, Any]] = {
     # astra-network-ns3 scratch/config/config.txt, set on ns3::RdmaHw by
     # scratch/common.h: EWMA_GAIN 0.00390625, ALPHA_RESUME_INTERVAL 1 (us),
     # RATE_DECREASE_INTERVAL 4 (us), RP_TIMER 900 (us), FAST_RECOVERY_TIMES 1,
@@ -79,17 +79,17 @@ _NIC: dict[str, Any] = {
     "cnp_interval_s": 4e-6,
 }
 
-_OFF: dict[str, Any] = {
+_OFF: Final[dict[str, Any]] = {
     # Congestion control off (the note's "packet trimming on and congestion control off"):
     # the reaction point never cuts. The notification point is the nic profile's, so marks
     # still bring CNPs and both are counted as under DCQCN.
     **_NIC,
 }
 
-PROFILE_VALUES: dict[str, dict[str, Any]] = {"paper": _PAPER, "nic": _NIC, "off": _OFF}
+PROFILE_VALUES: Final[dict[str, dict[str, Any]]] = {"paper": _PAPER, "nic": _NIC, "off": _OFF}
 """Each profile's constants, by DcqcnParams field name."""
 
-_EPS = 1e-9
+_EPS: Final = 1e-9
 """Tolerance, in periods, for "at the same instant" on the timers' grids."""
 
 

@@ -12,6 +12,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Final
 
 from common.wire import (
     FTH_LEN,
@@ -26,15 +27,15 @@ from common.wire import (
 from host_agent.core.fields import FieldMapping
 from host_agent.core.scoreboard import SETTLED, RangeMap, State
 
-_VO_ACK = (FTH_VERSION << 4) | Opcode.ACK
-_VO_NACK = (FTH_VERSION << 4) | Opcode.NACK
-_VO_CNP = (FTH_VERSION << 4) | Opcode.CNP
-_VO_DATA = (FTH_VERSION << 4) | Opcode.DATA
-_ELIGIBLE = int(Flag.ELIGIBLE)
-_EXHAUSTED = int(Flag.EXHAUSTED)
-_ECE = int(Flag.ECE)
-_TRIMMED = int(Flag.TRIMMED)
-FINISHED_KEPT = 1024
+_VO_ACK: Final = (FTH_VERSION << 4) | Opcode.ACK
+_VO_NACK: Final = (FTH_VERSION << 4) | Opcode.NACK
+_VO_CNP: Final = (FTH_VERSION << 4) | Opcode.CNP
+_VO_DATA: Final = (FTH_VERSION << 4) | Opcode.DATA
+_ELIGIBLE: Final = int(Flag.ELIGIBLE)
+_EXHAUSTED: Final = int(Flag.EXHAUSTED)
+_ECE: Final = int(Flag.ECE)
+_TRIMMED: Final = int(Flag.TRIMMED)
+FINISHED_KEPT: Final = 1024
 """How many finished flows a receiver still answers for after forgetting them (their totals
 alone, oldest dropped first). A sender may not have heard the last ACK of a flow whose
 receiver has finished and forgotten it: a step ends on its receives, so a barrier's sender

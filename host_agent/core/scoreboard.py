@@ -9,6 +9,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterator
 from enum import IntEnum
+from typing import Final
 
 
 class State(IntEnum):
@@ -26,7 +27,7 @@ class State(IntEnum):
     RECEIVED = 3
 
 
-SETTLED = (State.FORGIVEN, State.RECEIVED)
+SETTLED: Final = (State.FORGIVEN, State.RECEIVED)
 
 
 class RangeMap:

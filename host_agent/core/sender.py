@@ -16,6 +16,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Final
 
 from common.wire import (
     FTH_LEN,
@@ -33,17 +34,17 @@ from host_agent.core.fields import FieldMapping
 from host_agent.core.nscc import NsccParams, NsccWindow
 from host_agent.core.scoreboard import AckedRanges
 
-OBEYING = "obeying"
-EXEMPT = "exempt"
-_VO_DATA = (FTH_VERSION << 4) | Opcode.DATA
+OBEYING: Final = "obeying"
+EXEMPT: Final = "exempt"
+_VO_DATA: Final = (FTH_VERSION << 4) | Opcode.DATA
 _DATA, _ACK, _NACK = int(Opcode.DATA), int(Opcode.ACK), int(Opcode.NACK)
-_ZEROS = bytes(PACKET_BYTES)
-_ELIGIBLE = int(Flag.ELIGIBLE)
-_EXHAUSTED = int(Flag.EXHAUSTED)
-_ECE = int(Flag.ECE)
-_RETX = int(Flag.RETX)
-_LAST = int(Flag.LAST)
-MAX_TIMEOUTS = 15
+_ZEROS: Final = bytes(PACKET_BYTES)
+_ELIGIBLE: Final = int(Flag.ELIGIBLE)
+_EXHAUSTED: Final = int(Flag.EXHAUSTED)
+_ECE: Final = int(Flag.ECE)
+_RETX: Final = int(Flag.RETX)
+_LAST: Final = int(Flag.LAST)
+MAX_TIMEOUTS: Final = 15
 """Consecutive timeouts without progress after which a flow fails: Linux's default
 for the same decision in TCP (net.ipv4.tcp_retries2 = 15)."""
 
