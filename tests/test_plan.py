@@ -156,3 +156,38 @@ def test_message_content_is_the_seeds_own_and_no_packet_repeats_another():
     assert message_bytes(cfg, other) != content[:64]
     assert message_bytes(config(2, seed=4), msg)[:64] != content[:64]
     assert message_bytes(cfg, Message(msg.flow, 0, 1, 0, Kind.GRADIENT)) == b""
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    n=st.integers(2, 12),
+    group=st.integers(1, 6),
+    tp=st.sampled_from([0, 3000]),
+    pp=st.sampled_from([0, 2000]),
+    burst=st.tuples(st.integers(0, 11), st.integers(0, 11)),
+    step=st.integers(0, 3),
+    data=st.data(),
+)
+def test_a_receivers_plan_is_its_peers_sends_to_it_in_peer_order(
+    n, group, tp, pp, burst, step, data
+):
+    # plan_step asks each peer only for its messages to this rank (`to=`), so that a rank's
+    # plan costs a message per peer; it must be what filtering every peer's sends gives.
+    from workload.plan import barrier_messages, burst_messages, compute_messages
+
+    src, dst = burst[0] % n, burst[1] % n
+    burst_kw = dict(burst_step=2, burst_src=src, burst_dst=dst, burst_bytes=5000)
+    me = data.draw(st.integers(0, n - 1))
+    cfg = config(
+        n, me, tp_group=group, tp_bytes=tp, pp_bytes=pp, **(burst_kw if src != dst else {})
+    )
+    plan = plan_step(cfg, step)
+    peers = [r for r in range(n) if r != me]
+
+    def to_me(make):
+        return [m for r in peers for m in make(cfg, step, r) if m.dst == me]
+
+    assert plan.barrier_recvs == to_me(barrier_messages)
+    if step:
+        assert plan.compute_recvs == to_me(compute_messages)
+        assert plan.burst_recvs == to_me(burst_messages)

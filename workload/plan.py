@@ -274,15 +274,19 @@ def gradient_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]
     ]
 
 
-def compute_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
-    """Tensor- and pipeline-parallel messages `src` sends during `step`'s compute phase."""
+def compute_messages(
+    cfg: TrainingConfig, step: int, src: int, to: int | None = None
+) -> list[Message]:
+    """Tensor- and pipeline-parallel messages `src` sends during `step`'s compute phase (only
+    those to rank `to`, if given: a receiver's plan then costs a message per peer, not one per
+    pair of ranks)."""
     n = len(cfg.ranks)
     out = []
     group = cfg.tp_group
     base = src - src % group
     if cfg.tp_bytes:
         for peer in range(base, min(base + group, n)):
-            if peer != src:
+            if peer != src and (to is None or peer == to):
                 out.append(
                     Message(
                         flow_id(step, Kind.TENSOR_PARALLEL, src, (peer - src) % group - 1),
@@ -292,8 +296,8 @@ def compute_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
                         Kind.TENSOR_PARALLEL,
                     )
                 )
-    if cfg.pp_bytes:
-        nxt = (src + 1) % n
+    nxt = (src + 1) % n
+    if cfg.pp_bytes and (to is None or nxt == to):
         out.append(
             Message(
                 flow_id(step, Kind.PIPELINE_PARALLEL, src, 0),
@@ -306,16 +310,21 @@ def compute_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
     return out
 
 
-def barrier_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
+def barrier_messages(
+    cfg: TrainingConfig, step: int, src: int, to: int | None = None
+) -> list[Message]:
+    """The barrier's messages from `src` to every other rank (to rank `to` only, if given)."""
     return [
         Message(flow_id(step, Kind.BARRIER, src, dst), src, dst, BARRIER_BYTES, Kind.BARRIER)
-        for dst in range(len(cfg.ranks))
+        for dst in (range(len(cfg.ranks)) if to is None else (to,))
         if dst != src
     ]
 
 
-def burst_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
-    if cfg.burst_step != step or src != cfg.burst_src:
+def burst_messages(
+    cfg: TrainingConfig, step: int, src: int, to: int | None = None
+) -> list[Message]:
+    if cfg.burst_step != step or src != cfg.burst_src or to not in (None, cfg.burst_dst):
         return []
     return [
         Message(flow_id(step, Kind.BURST, src, 0), src, cfg.burst_dst, cfg.burst_bytes, Kind.BURST)
@@ -347,18 +356,18 @@ def plan_step(cfg: TrainingConfig, step: int) -> StepPlan:
     n = len(cfg.ranks)
     me = cfg.rank
     peers = [r for r in range(n) if r != me]
-    barrier_recvs = [m for r in peers for m in barrier_messages(cfg, step, r) if m.dst == me]
+    barrier_recvs = [m for r in peers for m in barrier_messages(cfg, step, r, to=me)]
     if step == 0:
         return StepPlan([], [], [], [], barrier_messages(cfg, 0, me), barrier_recvs, [], [])
     return StepPlan(
         compute_sends=compute_messages(cfg, step, me),
-        compute_recvs=[m for r in peers for m in compute_messages(cfg, step, r) if m.dst == me],
+        compute_recvs=[m for r in peers for m in compute_messages(cfg, step, r, to=me)],
         gradient_sends=gradient_messages(cfg, step, me),
         gradient_recvs=gradient_messages(cfg, step, (me - 1) % n),
         barrier_sends=barrier_messages(cfg, step, me),
         barrier_recvs=barrier_recvs,
         burst_sends=burst_messages(cfg, step, me),
-        burst_recvs=[m for r in peers for m in burst_messages(cfg, step, r) if m.dst == me],
+        burst_recvs=[m for r in peers for m in burst_messages(cfg, step, r, to=me)],
     )
 
 
