@@ -61,11 +61,21 @@ def mac_bytes(text: str) -> bytes:
         raise ValueError(f"not a MAC address: {text!r}") from None
 
 
+_PACKED: Final[dict[str, bytes]] = {}
+"""Addresses already packed (a host sends every message by its peer's address text)."""
+_PACKED_MAX: Final = 4096
+
+
 def ip_bytes(text: str) -> bytes:
-    try:
-        return ipaddress.IPv4Address(text).packed
-    except ValueError:
-        raise ValueError(f"not an IPv4 address: {text!r}") from None
+    packed = _PACKED.get(text)
+    if packed is None:
+        try:
+            packed = ipaddress.IPv4Address(text).packed
+        except ValueError:
+            raise ValueError(f"not an IPv4 address: {text!r}") from None
+        if len(_PACKED) < _PACKED_MAX:
+            _PACKED[text] = packed
+    return packed
 
 
 def ip_text(ip: bytes) -> str:
@@ -165,20 +175,31 @@ def udp_header(sport: int, fth_len: int) -> bytes:
     return UDP_STRUCT.pack(sport, FORGIVE_UDP_PORT, UDP_LEN + fth_len, 0)
 
 
-@dataclass(slots=True)
 class Arrival:
-    """What the agent keeps of an arriving frame's outer headers."""
+    """What the agent keeps of an arriving frame's outer headers.
 
-    src_mac: bytes
-    src_ip: bytes
-    dst_ip: bytes
-    dscp: int
-    ce: bool
-    sport: int
-    fth: bytes | memoryview
-    """The FTH and its payload, cut to the length IPv4 and UDP declare (Ethernet padding dropped):
-    a view of the frame (typed wider than that because mypyc's dataclasses cannot name
-    memoryview alone)."""
+    A plain class, not a dataclass: mypyc compiles a hand-written `__init__` but leaves a
+    dataclass's generated one interpreted, and one is made per received frame."""
+
+    def __init__(
+        self,
+        src_mac: bytes,
+        src_ip: bytes,
+        dst_ip: bytes,
+        dscp: int,
+        ce: bool,
+        sport: int,
+        fth: bytes | memoryview,
+    ) -> None:
+        self.src_mac = src_mac
+        self.src_ip = src_ip
+        self.dst_ip = dst_ip
+        self.dscp = dscp
+        self.ce = ce
+        self.sport = sport
+        self.fth = fth
+        """The FTH and its payload, cut to the length IPv4 and UDP declare (Ethernet padding
+        dropped): a view of the frame."""
 
 
 _RX_HEADERS: Final = struct.Struct("!6x6sH BBHHHBBH4s4s HHH2x")

@@ -24,7 +24,6 @@ report still wins. `delay` is on the run's clock: an emulation running
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
 from common.wire import Flag, Opcode, peek
@@ -44,14 +43,18 @@ Outgoing = tuple[bytes, Any]
 """A reply and where it goes (opaque here)."""
 
 
-@dataclass(slots=True)
 class _Held:
-    reply: bytes
-    dest: Any
-    since: float
-    count: int
-    covers: int
-    """End of the held ACK's selective range: a later cumulative point at or past it subsumes it."""
+    """An ACK held back for coalescing. A plain class, not a dataclass: mypyc compiles a hand-written `__init__` but leaves a
+    dataclass's generated one interpreted, and one is made per held ACK."""
+
+    def __init__(self, reply: bytes, dest: Any, since: float, count: int, covers: int) -> None:
+        self.reply = reply
+        self.dest = dest
+        self.since = since
+        self.count = count
+        self.covers = covers
+        """End of the held ACK's selective range: a later cumulative point at or past it
+        subsumes it."""
 
 
 class AckCoalescer:

@@ -257,27 +257,33 @@ class EndpointConfig:
         return config
 
 
-@dataclass(slots=True)
 class _Sending:
-    peer: bytes
-    dscp: int
-    step: int | None
-    size: int
-    started: float
+    """A message being sent. A plain class, not a dataclass: mypyc compiles a hand-written `__init__` but leaves a
+    dataclass's generated one interpreted, and one is made per message."""
+
+    def __init__(self, peer: bytes, dscp: int, step: int | None, size: int, started: float) -> None:
+        self.peer = peer
+        self.dscp = dscp
+        self.step = step
+        self.size = size
+        self.started = started
 
 
-@dataclass(slots=True)
 class _Receiving:
-    step: int
-    traffic_class: str
-    deliver: bool
-    peer: bytes | None = None
-    """Where the flow's DATA comes from: replies the receiver makes unprompted go there."""
-    first_arrival: float | None = None
-    completed: bool = False
-    forget_when_done: bool = False
-    trimmed_bytes: int = 0
-    """Bytes of the flow's DATA that reached this host as trimmed headers (the length fields)."""
+    """A message being received (plain, as `_Sending`)."""
+
+    def __init__(self, step: int, traffic_class: str, deliver: bool) -> None:
+        self.step = step
+        self.traffic_class = traffic_class
+        self.deliver = deliver
+        self.peer: bytes | None = None
+        """Where the flow's DATA comes from: replies the receiver makes unprompted go there."""
+        self.first_arrival: float | None = None
+        self.completed = False
+        self.forget_when_done = False
+        self.trimmed_bytes = 0
+        """Bytes of the flow's DATA that reached this host as trimmed headers (the length
+        fields)."""
 
 
 @dataclass(slots=True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import random
 import struct
 from collections import Counter
-from dataclasses import dataclass
 from typing import Final
 
 from common.frames import ipv4_words_checksum, set_ipv4_checksum
@@ -73,23 +72,37 @@ _DATA: Final = int(Opcode.DATA)
 _TRIMMED: Final = int(Flag.TRIMMED)
 
 
-@dataclass(slots=True)
 class Headers:
     """What ingress reads of a parsed packet with a valid IPv4 header: fields of hdr.ipv4,
-    meta.l4_*_port, and the booleans the program's apply block starts with."""
+    meta.l4_*_port, and the booleans the program's apply block starts with.
 
-    tos: int
-    ttl: int
-    protocol: int
-    dst: int
-    l4_src_port: int
-    l4_dst_port: int
-    is_data: bool
-    """FTH DATA not yet trimmed: may be trimmed or marked."""
-    is_control: bool
-    """Any other FTH packet (ACK, NACK, CNP, trimmed DATA): the high queue."""
-    malformed: bool
-    """A parser error (IPv4 options, a header cut short, FTH version) or a bad checksum."""
+    A plain class, not a dataclass: one is made per frame at every switch, and mypyc
+    compiles a hand-written `__init__` but leaves a dataclass's generated one interpreted."""
+
+    def __init__(
+        self,
+        tos: int,
+        ttl: int,
+        protocol: int,
+        dst: int,
+        l4_src_port: int,
+        l4_dst_port: int,
+        is_data: bool,
+        is_control: bool,
+        malformed: bool,
+    ) -> None:
+        self.tos = tos
+        self.ttl = ttl
+        self.protocol = protocol
+        self.dst = dst
+        self.l4_src_port = l4_src_port
+        self.l4_dst_port = l4_dst_port
+        self.is_data = is_data
+        """FTH DATA not yet trimmed: may be trimmed or marked."""
+        self.is_control = is_control
+        """Any other FTH packet (ACK, NACK, CNP, trimmed DATA): the high queue."""
+        self.malformed = malformed
+        """A parser error (IPv4 options, a header cut short, FTH version) or a bad checksum."""
 
 
 class Pipeline:

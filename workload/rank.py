@@ -25,7 +25,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import IO, Any, Final
 
@@ -58,15 +58,19 @@ Token = tuple[str, int]
 """Something a rank waits for: ("recv", flow), ("send", flow) or ("compute", step)."""
 
 
-@dataclass(eq=False)
 class _Wait:
-    order: int
-    """When it was made: ready waits run in this order."""
-    needs: set[Token]
-    then: Callable[[float], None]
-    missing: int = 0
-    """How many of `needs` are not settled."""
-    done: bool = False
+    """Something to run once every token it needs is settled. A plain class, not a
+    dataclass: mypyc compiles a hand-written `__init__` but leaves a dataclass's generated one
+    interpreted, and a rank makes one per ring message."""
+
+    def __init__(self, order: int, needs: set[Token], then: Callable[[float], None]) -> None:
+        self.order = order
+        """When it was made: ready waits run in this order."""
+        self.needs = needs
+        self.then = then
+        self.missing = 0
+        """How many of `needs` are not settled."""
+        self.done = False
 
 
 def make_detector(cfg: TrainingConfig) -> CriticalRegimeDetector:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final
 
@@ -123,33 +123,47 @@ class StepState(FieldMapping):
     excess: int
 
 
-@dataclass
 class RxFlow:
-    flow_id: int
-    step: int | None
-    gradient: bool
-    exemption_eligible: bool
-    rcv_nxt: int = 0
-    total: int | None = None
-    scoreboard: RangeMap = field(default_factory=RangeMap)
-    forgiven: RangeMap = field(default_factory=RangeMap)
-    """Every range forgiven so far; the scoreboard drops them once rcv_nxt passes them."""
-    buffer: bytearray | None = None
-    complete: bool = False
-    received_bytes: int = 0
-    forgiven_bytes: int = 0
-    trims: int = 0
-    ce_marks: int = 0
-    cnps_sent: int = 0
-    last_cnp: float | None = None
-    cnp_pending: bool = False
-    """A mark arrived inside the CNP interval; its CNP is due at the interval's end."""
-    size_registered: bool = False
-    """`total` came from the receiving side, not from the first packet."""
-    held: dict[int, bytes] = field(default_factory=dict)
-    """Received bytes above `buffer`, by start offset, until the bytes below them settle."""
-    held_starts: list[int] = field(default_factory=list)
-    """Heap of the keys of `held`."""
+    """One message being received: its scoreboard, what was forgiven, its buffer, its counts.
+
+    A plain class, not a dataclass, as `sender.TxFlow` (one is made per message)."""
+
+    def __init__(
+        self,
+        flow_id: int,
+        step: int | None,
+        gradient: bool,
+        exemption_eligible: bool,
+        *,
+        total: int | None,
+        buffer: bytearray | None,
+        size_registered: bool,
+    ) -> None:
+        self.flow_id = flow_id
+        self.step = step
+        self.gradient = gradient
+        self.exemption_eligible = exemption_eligible
+        self.rcv_nxt: int = 0
+        self.total = total
+        self.scoreboard: RangeMap = RangeMap()
+        self.forgiven: RangeMap = RangeMap()
+        """Every range forgiven so far; the scoreboard drops them once rcv_nxt passes them."""
+        self.buffer = buffer
+        self.complete: bool = False
+        self.received_bytes: int = 0
+        self.forgiven_bytes: int = 0
+        self.trims: int = 0
+        self.ce_marks: int = 0
+        self.cnps_sent: int = 0
+        self.last_cnp: float | None = None
+        self.cnp_pending: bool = False
+        """A mark arrived inside the CNP interval; its CNP is due at the interval's end."""
+        self.size_registered = size_registered
+        """`total` came from the receiving side, not from the first packet."""
+        self.held: dict[int, bytes] = {}
+        """Received bytes above `buffer`, by start offset, until the bytes below them settle."""
+        self.held_starts: list[int] = []
+        """Heap of the keys of `held`."""
 
     def state(self) -> RxFlowState:
         return RxFlowState(

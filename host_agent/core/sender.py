@@ -15,7 +15,7 @@ import heapq
 import math
 from collections import Counter, deque
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from common.wire import (
@@ -63,72 +63,90 @@ class PathTiming:
     segment's is shorter by serialisation, which on the scaled fabric is most of a round trip."""
 
 
-@dataclass
 class TxFlow:
-    flow_id: int
-    size: int
-    data: memoryview | None
-    rate: DcqcnRate | NicDcqcnRate | LineRate | NsccWindow
-    opened: float
-    next_new: int = 0
-    acked: AckedRanges = field(default_factory=AckedRanges)
-    retx: deque[tuple[int, int]] = field(default_factory=deque)
-    inflight: dict[int, tuple[int, float, bool]] = field(default_factory=dict)
-    """Segment start -> (end, sent at, is a retransmission)."""
-    sent_order: deque[tuple[float, int, int]] = field(default_factory=deque)
-    next_send_at: float = 0.0
-    """When the next packet may leave: the gap after the last one is the bytes it still has
-    to drain at `pace_rate`, re-timed whenever the rate changes before it ends."""
-    pace_rate: float = 0.0
-    """The rate the pending gap drains at (the rate when it was last timed)."""
-    scheduled: bool = False
-    wake_at: float = 0.0
-    """The time of the flow's live entry on the send heap: its departure, or sooner the
-    rate's next change before it."""
-    rto_armed: bool = False
-    cc_mode: str = OBEYING
-    path: PathTiming = field(default_factory=lambda: PathTiming(0.0))
-    rto: float = 0.0
-    """The flow's current timeout: the path's, doubled per expiry until progress."""
-    done: bool = False
-    acked_bytes: int = 0
-    sent_bytes: int = 0
-    sent_packets: int = 0
-    retransmitted_bytes: int = 0
-    cnps: int = 0
-    cnps_ignored: int = 0
-    nacks: int = 0
-    rtos: int = 0
-    rtt_max: float = 0.0
-    """The longest round trip sampled (segments sent once only)."""
-    late_acks: int = 0
-    """ACKs of a resent segment that came sooner after the resend than the path's shortest
-    round trip: they answer an earlier copy, so that resend was not needed."""
-    timeouts_in_a_row: int = 0
-    """Timeout rounds since the last acknowledged byte; `max_timeouts` of them fail the flow."""
-    round_ends: float = 0.0
-    """Expiries before this time belong to the current timeout round. Each segment keeps its
-    own timer, so the segments of one burst expire one after another; counted singly, a
-    burst of 15 would fail a flow within one backed-off timeout of silence."""
-    failed: bool = False
-    stopped: bool = False
-    """Done or failed: nothing more is sent and no timer runs."""
-    mode_changes: int = 0
-    exempt_since: float | None = None
-    exempt_time: float = 0.0
-    obeying_again_since: float | None = None
-    obeying_again_time: float = 0.0
-    """Time spent obeying congestion control after the flow's exemption first began."""
-    finished: float | None = None
-    window_blocked: bool = False
-    """NSCC: the window was full when the flow's turn came; an ACK or NACK reschedules it."""
-    window_per_bps: float = 0.0
-    """The sender window over the line rate (0: no window): at rate r the flow may have
-    r * window_per_bps new bytes unacknowledged (a window that shrinks with the rate, as
-    ns-3's VAR_WIN)."""
-    cuts_at_open: int = 0
-    mark_cuts_at_open: int = 0
-    """The reaction point's counts when the flow opened: a QP's state outlives its flows."""
+    """One message being sent: its bytes, its reaction point, what is in flight, its counters.
+
+    A plain class, not a dataclass: mypyc compiles a hand-written `__init__` but leaves a
+    dataclass's generated one interpreted, and one is made per message."""
+
+    def __init__(
+        self,
+        flow_id: int,
+        size: int,
+        data: memoryview | None,
+        rate: DcqcnRate | NicDcqcnRate | LineRate | NsccWindow,
+        opened: float,
+        *,
+        path: PathTiming,
+        rto: float,
+        window_per_bps: float,
+        cuts_at_open: int,
+        mark_cuts_at_open: int,
+    ) -> None:
+        self.flow_id = flow_id
+        self.size = size
+        self.data = data
+        self.rate = rate
+        self.opened = opened
+        self.next_new: int = 0
+        self.acked: AckedRanges = AckedRanges()
+        self.retx: deque[tuple[int, int]] = deque()
+        self.inflight: dict[int, tuple[int, float, bool]] = {}
+        """Segment start -> (end, sent at, is a retransmission)."""
+        self.sent_order: deque[tuple[float, int, int]] = deque()
+        self.next_send_at: float = 0.0
+        """When the next packet may leave: the gap after the last one is the bytes it still has
+        to drain at `pace_rate`, re-timed whenever the rate changes before it ends."""
+        self.pace_rate: float = 0.0
+        """The rate the pending gap drains at (the rate when it was last timed)."""
+        self.scheduled: bool = False
+        self.wake_at: float = 0.0
+        """The time of the flow's live entry on the send heap: its departure, or sooner the
+        rate's next change before it."""
+        self.rto_armed: bool = False
+        self.cc_mode: str = OBEYING
+        self.path = path
+        self.rto = rto
+        """The flow's current timeout: the path's, doubled per expiry until progress."""
+        self.done: bool = False
+        self.acked_bytes: int = 0
+        self.sent_bytes: int = 0
+        self.sent_packets: int = 0
+        self.retransmitted_bytes: int = 0
+        self.cnps: int = 0
+        self.cnps_ignored: int = 0
+        self.nacks: int = 0
+        self.rtos: int = 0
+        self.rtt_max: float = 0.0
+        """The longest round trip sampled (segments sent once only)."""
+        self.late_acks: int = 0
+        """ACKs of a resent segment that came sooner after the resend than the path's shortest
+        round trip: they answer an earlier copy, so that resend was not needed."""
+        self.timeouts_in_a_row: int = 0
+        """Timeout rounds since the last acknowledged byte; `max_timeouts` of them fail the flow."""
+        self.round_ends: float = 0.0
+        """Expiries before this time belong to the current timeout round. Each segment keeps its
+        own timer, so the segments of one burst expire one after another; counted singly, a
+        burst of 15 would fail a flow within one backed-off timeout of silence."""
+        self.failed: bool = False
+        self.stopped: bool = False
+        """Done or failed: nothing more is sent and no timer runs."""
+        self.mode_changes: int = 0
+        self.exempt_since: float | None = None
+        self.exempt_time: float = 0.0
+        self.obeying_again_since: float | None = None
+        self.obeying_again_time: float = 0.0
+        """Time spent obeying congestion control after the flow's exemption first began."""
+        self.finished: float | None = None
+        self.window_blocked: bool = False
+        """NSCC: the window was full when the flow's turn came; an ACK or NACK reschedules it."""
+        self.window_per_bps = window_per_bps
+        """The sender window over the line rate (0: no window): at rate r the flow may have
+        r * window_per_bps new bytes unacknowledged (a window that shrinks with the rate, as
+        ns-3's VAR_WIN)."""
+        self.cuts_at_open = cuts_at_open
+        self.mark_cuts_at_open = mark_cuts_at_open
+        """The reaction point's counts when the flow opened: a QP's state outlives its flows."""
 
     def window_open(self) -> bool:
         """New data may go: no window, or fewer bytes past the cumulative ACK than it allows
