@@ -24,6 +24,7 @@ report still wins. `delay` is on the run's clock: an emulation running
 
 from __future__ import annotations
 
+import heapq
 from typing import Any, Final
 
 from common.wire import Flag, Opcode, peek
@@ -36,6 +37,9 @@ ACK_DELAY_PER_RTO: Final = 4
 """An ACK is held at most a quarter of the first retransmission timeout."""
 
 _ACK: Final = int(Opcode.ACK)
+_HEAP_SLACK: Final = 64
+"""Stale entries `AckCoalescer._since` may gather beyond twice the ACKs held before it is
+rebuilt from them."""
 _ECE: Final = int(Flag.ECE)
 _MODE: Final = int(Flag.ELIGIBLE | Flag.EXHAUSTED)
 
@@ -66,6 +70,10 @@ class AckCoalescer:
         self.coalesced = 0
         self.held: dict[int, _Held] = {}
         """Per flow, the ACK waiting to go out (empty when nothing waits)."""
+        self._since: list[tuple[float, int]] = []
+        """Heap of (since, flow) of the held ACKs, entries of ACKs gone since left in place:
+        `deadline` runs after every event a host handles and reads its head, not every held
+        ACK (a receiver of many flows at once holds one per flow)."""
         self._reported: dict[int, int] = {}
         """Per flow, the ELIGIBLE/EXHAUSTED bits of the last ACK or NACK sent (0 before any)."""
 
@@ -93,7 +101,16 @@ class AckCoalescer:
             out.append((reply, dest))
         else:
             self.held[flow_id] = _Held(reply, dest, since, count, lo + length)
+            if count == 1:
+                self._push(since, flow_id)
         return out
+
+    def _push(self, since: float, flow_id: int) -> None:
+        heap = self._since
+        if len(heap) > 2 * len(self.held) + _HEAP_SLACK:  # a driver that never asks
+            heap[:] = [(h.since, f) for f, h in self.held.items() if f != flow_id]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (since, flow_id))
 
     def due(self, now: float) -> list[Outgoing]:
         """Held ACKs whose delay has run out."""
@@ -101,9 +118,14 @@ class AckCoalescer:
         return [(h.reply, h.dest) for h in (self.held.pop(fid) for fid in late)]
 
     def deadline(self) -> float | None:
-        if not self.held:
-            return None
-        return min(h.since for h in self.held.values()) + self.delay
+        held, heap = self.held, self._since
+        while heap:
+            since, flow_id = heap[0]
+            h = held.get(flow_id)
+            if h is not None and h.since == since:
+                return since + self.delay
+            heapq.heappop(heap)  # sent, forgotten or held anew since
+        return None
 
     def forget(self, flow_id: int) -> None:
         """Drop what is kept about a flow whose receive state is gone (its held ACK goes too)."""

@@ -4,7 +4,7 @@ from helpers import data, trim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.wire import Opcode, decode
+from common.wire import Fth, Opcode, decode
 from host_agent.acks import AckCoalescer
 from host_agent.core import ForgiveReceiver, ReceiverPolicy
 
@@ -76,3 +76,35 @@ def test_the_flows_last_ack_is_not_held():
     rx.register_flow(3, step=0, gradient=False)
     (reply,) = rx.receive(data(3, 0, SEG, SEG), False, 0.0)
     assert coalescer.offer(reply, None, 0.0, SEG) == [(reply, None)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["ack", "due", "forget"]), st.integers(1, 6), st.integers(0, 9)),
+        max_size=120,
+    )
+)
+def test_the_deadline_is_the_earliest_held_ack_plus_the_delay(steps):
+    # The coalescer finds its deadline from a heap it cleans lazily; it must always be what a
+    # scan of every held ACK gives, and the heap must stay bounded by the ACKs held.
+    coalescer = AckCoalescer(every=3, delay=1.0)
+    total = 40 * SEG
+    rcv_nxt = dict.fromkeys(range(1, 7), 0)
+    now = 0.0
+    for what, flow, dt in steps:
+        now += dt * 0.25
+        if what == "ack" and rcv_nxt[flow] < total - SEG:
+            lo = rcv_nxt[flow]
+            rcv_nxt[flow] = lo + SEG
+            coalescer.offer(
+                Fth(Opcode.ACK, 0, SEG, flow, lo + SEG, lo).encode(), "peer", now, total
+            )
+        elif what == "due":
+            coalescer.due(now)
+        elif what == "forget":
+            coalescer.forget(flow)
+        held = coalescer.held.values()
+        expected = min(h.since for h in held) + 1.0 if held else None
+        assert coalescer.deadline() == expected
+        assert len(coalescer._since) <= 2 * len(coalescer.held) + 64 + 1
