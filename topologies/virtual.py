@@ -235,7 +235,7 @@ class VirtualFabric:
                 ip=where.ip,
                 gateway_mac=mac_text(switch_port_mac(where.switch, where.port)),
             )
-            log = StatsLog(self.logs[i], where.ip)
+            log = StatsLog(self.logs[i], where.ip, flush=False)
             self.hosts.append(Host(config, where.mac, where.ip, log, warn=self.warnings.append))
         self.apps: list[list] = [[] for _ in self.attachments]
         self._host_bit = [8.0 / h.config.endpoint.line_rate_bps for h in self.hosts]
