@@ -78,6 +78,12 @@ TRAFFIC_CLASSES: Final[dict[str, Dscp]] = {
 _DATA: Final = int(Opcode.DATA)
 _TRIMMED: Final = int(Flag.TRIMMED)
 _CONTROL: Final = int(Dscp.CONTROL)
+_FLOW_RECORDS: Final[dict[type, str]] = {
+    RecvDone: records.FLOW_RECV,
+    SendDone: records.FLOW_SEND,
+    Shed: records.FLOW_SHED,
+}
+"""The record kind of each flow event; the others are recorded under their own kind."""
 UNLOCATED: Final = "unlocated"
 """Where a trimmed header whose DSCP names no location is counted."""
 
@@ -650,11 +656,7 @@ class Endpoint:
 
     def _emit(self, event: Event, now: float) -> None:
         self._events.append(event)
-        kind = {
-            RecvDone: records.FLOW_RECV,
-            SendDone: records.FLOW_SEND,
-            Shed: records.FLOW_SHED,
-        }.get(type(event))
+        kind = _FLOW_RECORDS.get(type(event))
         if kind is None:
             kind = event.kind
         self.log.write(kind, now, **record(event))

@@ -290,8 +290,12 @@ class Rank:
         )
 
     def _record_loss(self, event: RecvDone | Shed) -> None:
-        """The loss record's entry for a gradient flow that gave up bytes (workload.lossrecord)."""
-        entry = entry_from_completion(self.cfg, self.messages.get(event.flow), events.record(event))
+        """The loss record's entry for a gradient flow that gave up bytes (workload.lossrecord).
+        Other flows have none: their event is not turned into its record for nothing."""
+        msg = self.messages.get(event.flow)
+        if msg is None or msg.kind != Kind.GRADIENT:
+            return
+        entry = entry_from_completion(self.cfg, msg, events.record(event))
         if entry is not None:
             self._record(records.LOSS, **entry.to_json())
 
