@@ -98,13 +98,14 @@ def ipv4_words_checksum(words: tuple[int, ...]) -> int:
 
 def ipv4_checksum(header: bytes | bytearray, offset: int = 0) -> int:
     """`ipv4_words_checksum` of the 20-byte IPv4 header at `offset`."""
-    return ipv4_words_checksum(_IP_WORDS.unpack_from(header, offset))
+    words: tuple[int, ...] = _IP_WORDS.unpack_from(header, offset)
+    return ipv4_words_checksum(words)
 
 
 def set_ipv4_checksum(frame: bytearray, offset: int = ETH_LEN) -> None:
     """Write into the IPv4 header at `offset` its checksum (ForgiveComputeChecksum, csum16):
     that of its ten words with the checksum word taken as zero."""
-    words = _IP_WORDS.unpack_from(frame, offset)
+    words: tuple[int, ...] = _IP_WORDS.unpack_from(frame, offset)
     total = csum_fold(sum(words) - words[_CHECKSUM_WORD])
     _U16.pack_into(frame, offset + _CHECKSUM_OFFSET, ~total & 0xFFFF)
 
@@ -217,6 +218,19 @@ def parse(frame: bytes | bytearray) -> Arrival | None:
     """
     if len(frame) < HEADERS_LEN:
         return None
+    # Typed, so that compiled code compares machine integers, not the unpacked objects.
+    src_mac: bytes
+    src_ip: bytes
+    dst_ip: bytes
+    ethertype: int
+    ver_ihl: int
+    tos: int
+    total: int
+    frag: int
+    proto: int
+    sport: int
+    dport: int
+    udp_len: int
     (src_mac, ethertype, ver_ihl, tos, total, _, frag, _, proto, _, src_ip, dst_ip, sport, dport,
      udp_len) = _RX_HEADERS.unpack_from(frame)  # fmt: skip
     if (

@@ -206,6 +206,13 @@ Fields = tuple[int, int, int, int, int, int]
 """(opcode, flags, length, flow_id, seq, aux): the FTH as plain ints, for per-packet paths."""
 
 
+def unpack_fth(buf: bytes | bytearray | memoryview) -> Fields:
+    """(version and opcode byte, flags, length, flow_id, seq, aux) of the FTH at the start of
+    `buf`, unchecked: `FTH_STRUCT.unpack_from` typed, so that compiled callers work on machine
+    integers, not on the objects of an untyped tuple."""
+    return FTH_STRUCT.unpack_from(buf)  # type: ignore[no-any-return]
+
+
 def peek(buf: bytes | bytearray | memoryview) -> Fields:
     """The FTH fields of a buffer that starts at the FTH, without checking them.
 
@@ -214,7 +221,7 @@ def peek(buf: bytes | bytearray | memoryview) -> Fields:
     """
     if len(buf) < FTH_LEN:
         raise MalformedPacket(f"{len(buf)} bytes, shorter than the {FTH_LEN}-byte FTH")
-    vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
+    vo, flags, length, flow_id, seq, aux = unpack_fth(buf)
     return vo & 0x0F, flags, length, flow_id, seq, aux
 
 
@@ -222,7 +229,7 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[Fth, memoryview]:
     """Split a buffer that starts at the FTH into the header and its payload."""
     if len(buf) < FTH_LEN:
         raise MalformedPacket(f"{len(buf)} bytes, shorter than the {FTH_LEN}-byte FTH", "short")
-    vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
+    vo, flags, length, flow_id, seq, aux = unpack_fth(buf)
     check_fields(vo >> 4, vo & 0x0F, flags, length, seq, aux, len(buf) - FTH_LEN)
     header = Fth(Opcode(vo & 0x0F), Flag(flags), length, flow_id, seq, aux)
     # What a trim kept past the FTH is no payload: the receiver ignores it.

@@ -142,12 +142,13 @@ class Pipeline:
         if size < IPV4_AT + IPV4_LEN or frame[ETH_TYPE_AT : ETH_TYPE_AT + 2] != _ETHERTYPE_IPV4:
             return None
         # state parse_ipv4: words 0 (version/IHL, TOS), 4 (TTL, protocol), 8-9 (dstAddr)
-        words = _IP_WORDS.unpack_from(frame, IPV4_AT)
+        words: tuple[int, ...] = _IP_WORDS.unpack_from(frame, IPV4_AT)
         version_ihl, tos = words[0] >> 8, words[0] & 0xFF
         ttl, protocol = words[4] >> 8, words[4] & 0xFF
         dst = words[8] << 16 | words[9]
         error = version_ihl & 0x0F != IPV4_IHL_NO_OPTIONS
-        sport = dport = 0
+        sport: int = 0
+        dport: int = 0
         is_data = is_control = False
         if not error and protocol == IPPROTO_UDP:
             # state parse_udp

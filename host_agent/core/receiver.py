@@ -23,6 +23,7 @@ from common.wire import (
     MalformedPacket,
     Opcode,
     check_fields,
+    unpack_fth,
 )
 from host_agent.core.fields import FieldMapping
 from host_agent.core.scoreboard import SETTLED, RangeMap, State
@@ -414,7 +415,7 @@ class ForgiveReceiver:
         if len(buf) < FTH_LEN:
             self.rejected["short"] += 1
             return []
-        vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
+        vo, flags, length, flow_id, seq, aux = unpack_fth(buf)
         try:
             check_fields(vo >> 4, vo & 0x0F, flags, length, seq, aux, len(buf) - FTH_LEN)
         except MalformedPacket as exc:

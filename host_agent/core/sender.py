@@ -28,6 +28,7 @@ from common.wire import (
     MalformedPacket,
     Opcode,
     check_fields,
+    unpack_fth,
 )
 from host_agent.core.dcqcn import DcqcnParams, DcqcnRate, LineRate, NicDcqcnRate, new_rate
 from host_agent.core.fields import FieldMapping
@@ -602,7 +603,7 @@ class ForgiveSender:
         if len(buf) < FTH_LEN:
             self.rejected["short"] += 1
             return
-        vo, flags, length, flow_id, seq, aux = FTH_STRUCT.unpack_from(buf)
+        vo, flags, length, flow_id, seq, aux = unpack_fth(buf)
         opcode = vo & 0x0F
         try:
             check_fields(vo >> 4, opcode, flags, length, seq, aux, len(buf) - FTH_LEN)
