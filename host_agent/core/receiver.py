@@ -125,7 +125,7 @@ class StepState(FieldMapping):
 
 
 class RxFlow:
-    """One message being received: its scoreboard, what was forgiven, its buffer, its counts.
+    """One message being received: its scoreboard, what was forgiven, its bytes, its counts.
 
     A plain class, not a dataclass, as `sender.TxFlow` (one is made per message)."""
 
@@ -137,7 +137,7 @@ class RxFlow:
         exemption_eligible: bool,
         *,
         total: int | None,
-        buffer: bytearray | None,
+        parts: list[bytes] | None,
         size_registered: bool,
     ) -> None:
         self.flow_id = flow_id
@@ -149,7 +149,12 @@ class RxFlow:
         self.scoreboard: RangeMap = RangeMap()
         self.forgiven: RangeMap = RangeMap()
         """Every range forgiven so far; the scoreboard drops them once rcv_nxt passes them."""
-        self.buffer = buffer
+        self.parts = parts
+        """The flow's bytes [0, buffered) in order, forgiven gaps as zeros; None when the
+        payload is not kept. Joined once, when `payload` is asked for: a bytearray grown
+        packet by packet is copied again whenever the allocator cannot grow it in place,
+        which with many messages arriving at once is most of the time."""
+        self.buffered = 0
         self.complete: bool = False
         self.received_bytes: int = 0
         self.forgiven_bytes: int = 0
@@ -162,7 +167,8 @@ class RxFlow:
         self.size_registered = size_registered
         """`total` came from the receiving side, not from the first packet."""
         self.held: dict[int, bytes] = {}
-        """Received bytes above `buffer`, by start offset, until the bytes below them settle."""
+        """Received bytes above `buffered`, by start offset, until the bytes below them
+        settle."""
         self.held_starts: list[int] = []
         """Heap of the keys of `held`."""
 
@@ -315,7 +321,7 @@ class ForgiveReceiver:
             eligible,
             total=total,
             size_registered=total is not None,
-            buffer=bytearray() if keep else None,
+            parts=[] if keep else None,
         )
 
     def forget_flow(self, flow_id: int) -> None:
@@ -366,15 +372,17 @@ class ForgiveReceiver:
         """The flow's bytes as delivered, `total` of them; bytes forgiven or not (yet)
         received read as zeros."""
         flow = self._flows[flow_id]
-        if flow.buffer is None or flow.total is None:
+        if flow.parts is None or flow.total is None:
             return b""
         self._settle_buffer(flow)
-        out = bytearray(flow.buffer)
+        parts = list(flow.parts)
+        end = flow.buffered
         for start in sorted(flow.held):
-            out += bytes(start - len(out))
-            out += flow.held[start]
-        out += bytes(flow.total - len(out))
-        return bytes(out)
+            piece = flow.held[start]
+            parts += (bytes(start - end), piece)
+            end = start + len(piece)
+        parts.append(bytes(flow.total - end))
+        return b"".join(parts)
 
     # -- the notification point's timer ---------------------------------------
 
@@ -507,16 +515,18 @@ class ForgiveReceiver:
                 self._counts["duplicate"] += 1
         if newly:
             flow.received_bytes += newly
-            buffer = flow.buffer
-            if buffer is not None:
+            parts = flow.parts
+            if parts is not None:
                 for s, e in fresh:
                     off = FTH_LEN + s - seq
-                    if s == len(buffer):
-                        buffer += buf[off : off + e - s]
+                    piece = bytes(buf[off : off + e - s])
+                    if s == flow.buffered:
+                        parts.append(piece)
+                        flow.buffered = e
                     else:
-                        flow.held[s] = bytes(buf[off : off + e - s])
+                        flow.held[s] = piece
                         heapq.heappush(flow.held_starts, s)
-                if len(buffer) < flow.rcv_nxt:
+                if flow.buffered < flow.rcv_nxt:
                     self._settle_buffer(flow)
             if entry is not None:
                 # `received` counts distinct bytes once; bytes beyond what the step said
@@ -530,23 +540,25 @@ class ForgiveReceiver:
 
     @staticmethod
     def _settle_buffer(flow: RxFlow) -> None:
-        """Grow the contiguous buffer up to rcv_nxt: held bytes move in, forgiven gaps
+        """Grow the contiguous parts up to rcv_nxt: held bytes move in, forgiven gaps
         become zeros.
 
-        Memory follows the bytes settled, never the sequence numbers: the buffer
-        holds [0, rcv_nxt), everything received above it waits in `held`, so a packet
+        Memory follows the bytes settled, never the sequence numbers: the parts
+        hold [0, rcv_nxt), everything received above it waits in `held`, so a packet
         far out in a long flow costs its own payload and no more.
         """
-        buffer, held, starts, upto = flow.buffer, flow.held, flow.held_starts, flow.rcv_nxt
-        assert buffer is not None
-        while len(buffer) < upto:
-            pos = len(buffer)
+        parts, held, starts, upto = flow.parts, flow.held, flow.held_starts, flow.rcv_nxt
+        assert parts is not None
+        pos = flow.buffered
+        while pos < upto:
             if starts and starts[0] == pos:
                 heapq.heappop(starts)
-                buffer += held.pop(pos)
+                piece = held.pop(pos)
             else:
-                gap_end = min(starts[0], upto) if starts else upto
-                buffer += bytes(gap_end - pos)
+                piece = bytes((min(starts[0], upto) if starts else upto) - pos)
+            parts.append(piece)
+            pos += len(piece)
+        flow.buffered = pos
 
     def _unsettled(self, flow: RxFlow, lo: int, hi: int) -> list[tuple[int, int, State | None]]:
         """Unsettled: the bytes of [lo, hi) at or above rcv_nxt neither Received nor Forgiven."""
