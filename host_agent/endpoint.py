@@ -444,7 +444,7 @@ class Endpoint:
         self,
         dst: str,
         flow_id: int,
-        data: bytes,
+        data: bytes | memoryview,
         traffic_class: str,
         now: float,
         step: int | None = None,

@@ -383,18 +383,19 @@ def _content_pool(seed: int) -> bytes:
     return random.Random(f"content pool {seed}").randbytes(CONTENT_POOL_BYTES)
 
 
-def message_bytes(cfg: TrainingConfig, msg: Message) -> bytes:
+def message_bytes(cfg: TrainingConfig, msg: Message) -> bytes | memoryview:
     """The content of a message: deterministic, so the receiver can check every byte.
 
     It is the run's random pool read from a place the flow id picks, wrapping around:
-    a copy, not a fresh draw, since every message's content is made twice (by its
-    sender and by its receiver, which checks it) and drawing it was 6 % of a simulation.
+    a view of the pool (a copy only where it wraps), not a fresh draw, since every
+    message's content is made twice (by its sender and by its receiver, which checks it)
+    and drawing it was 6 % of a simulation, copying it 2 %.
     Two flows whose places fall close together share most of their bytes, which a
     packet delivered to the wrong flow could hide; the flow id, not the bytes, is what
     places a packet in its flow."""
     pool = _content_pool(cfg.seed)
     start = msg.flow * _SPREAD % CONTENT_POOL_BYTES
-    head = pool[start : start + msg.size]
+    head = memoryview(pool)[start : start + msg.size]
     if len(head) == msg.size:
         return head
     whole, rest = divmod(msg.size - len(head), CONTENT_POOL_BYTES)

@@ -339,7 +339,7 @@ class ForgiveSender:
         flow_id: int,
         size_bytes: int,
         now: float,
-        data: bytes | None = None,
+        data: bytes | memoryview | None = None,
         peer: Hashable = None,
         qp: Hashable = None,
     ) -> None:
