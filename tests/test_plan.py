@@ -194,16 +194,16 @@ def test_a_receivers_plan_is_its_peers_sends_to_it_in_peer_order(
 
 
 def test_a_gradients_forgiven_bytes_are_told_from_corrupted_ones():
-    # The rank checks a delivered chunk against the sender's content, which is a view of the
-    # run's pool: zero-filled (forgiven) bytes count as differing but not as corruption.
+    # The rank checks a delivered chunk against the sender's content: zero-filled (forgiven)
+    # bytes count as differing but not as corruption.
     from workload.rank import gradient_mismatch
 
     msg = Message(flow_id(1, Kind.GRADIENT, 0, 0), 0, 1, 3 * PACKET_BYTES, Kind.GRADIENT)
-    expected = message_bytes(config(2), msg)
+    expected = bytes(message_bytes(config(2), msg))
     forgiven = bytearray(expected)
     forgiven[PACKET_BYTES : 2 * PACKET_BYTES] = bytes(PACKET_BYTES)
-    nonzero_in_gap = PACKET_BYTES - bytes(expected[PACKET_BYTES : 2 * PACKET_BYTES]).count(0)
-    assert gradient_mismatch(bytes(expected), expected) == (0, 0)
+    nonzero_in_gap = PACKET_BYTES - expected[PACKET_BYTES : 2 * PACKET_BYTES].count(0)
+    assert gradient_mismatch(expected, expected) == (0, 0)
     assert gradient_mismatch(bytes(forgiven), expected) == (nonzero_in_gap, 0)
     forgiven[5] ^= 0xFF
     assert gradient_mismatch(bytes(forgiven), expected) == (nonzero_in_gap + 1, 1)
