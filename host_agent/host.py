@@ -126,7 +126,9 @@ class Host:
         if arrival.dst_ip != self.ip:
             self.counters["not_for_us"] += 1
             return
-        self._source_macs[arrival.src_ip] = arrival.src_mac
+        macs = self._source_macs
+        if macs.get(arrival.src_ip) != arrival.src_mac:
+            macs[arrival.src_ip] = arrival.src_mac
         self.endpoint.receive(arrival.fth, arrival.src_ip, arrival.ce, now, arrival.dscp)
 
     def frames_to_send(self, now: float, data: bool = True) -> list[Frame]:
