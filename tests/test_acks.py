@@ -4,7 +4,7 @@ from helpers import data, trim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.wire import Fth, Opcode, decode
+from common.wire import Flag, Fth, Opcode, decode
 from host_agent.acks import AckCoalescer
 from host_agent.core import ForgiveReceiver, ReceiverPolicy
 
@@ -78,33 +78,67 @@ def test_the_flows_last_ack_is_not_held():
     assert coalescer.offer(reply, None, 0.0, SEG) == [(reply, None)]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     steps=st.lists(
-        st.tuples(st.sampled_from(["ack", "due", "forget"]), st.integers(1, 6), st.integers(0, 9)),
-        max_size=120,
+        st.tuples(
+            st.sampled_from(["ack", "ack", "ahead", "ece", "nack", "due", "forget"]),
+            st.integers(1, 90),
+            st.integers(0, 9),
+            st.booleans(),
+        ),
+        max_size=400,
     )
 )
 def test_the_deadline_is_the_earliest_held_ack_plus_the_delay(steps):
-    # The coalescer finds its deadline from a heap it cleans lazily; it must always be what a
-    # scan of every held ACK gives, and the heap must stay bounded by the ACKs held.
+    # The coalescer finds its deadline from a heap it cleans lazily, and rebuilds the heap
+    # when a driver seldom asks; the deadline must be what a scan of every held ACK gives,
+    # through ACKs held, coalesced, sent early (ECE, a NACK, an ACK behind the held one),
+    # released and forgotten, and the heap must stay bounded by the ACKs held.
     coalescer = AckCoalescer(every=3, delay=1.0)
-    total = 40 * SEG
-    rcv_nxt = dict.fromkeys(range(1, 7), 0)
+    total = 400 * SEG
+    rcv_nxt = dict.fromkeys(range(1, 91), 0)
     now = 0.0
-    for what, flow, dt in steps:
+    for what, flow, dt, ask in steps:
         now += dt * 0.25
-        if what == "ack" and rcv_nxt[flow] < total - SEG:
-            lo = rcv_nxt[flow]
+        lo = rcv_nxt[flow]
+        if what in ("ack", "ece") and lo < total - 2 * SEG:
             rcv_nxt[flow] = lo + SEG
-            coalescer.offer(
-                Fth(Opcode.ACK, 0, SEG, flow, lo + SEG, lo).encode(), "peer", now, total
-            )
+            flags = Flag.ECE if what == "ece" else 0
+            reply = Fth(Opcode.ACK, flags, SEG, flow, lo + SEG, lo).encode()
+            coalescer.offer(reply, "peer", now, total)
+        elif what == "ahead" and lo < total - 2 * SEG:
+            # a selective ACK past a gap: rcv_nxt stays, so a held ACK covering more is sent
+            reply = Fth(Opcode.ACK, 0, SEG, flow, lo, lo + SEG).encode()
+            coalescer.offer(reply, "peer", now, total)
+        elif what == "nack" and lo < total - 2 * SEG:
+            coalescer.offer(Fth(Opcode.NACK, 0, SEG, flow, lo, lo).encode(), "peer", now, total)
         elif what == "due":
             coalescer.due(now)
         elif what == "forget":
             coalescer.forget(flow)
-        held = coalescer.held.values()
-        expected = min(h.since for h in held) + 1.0 if held else None
-        assert coalescer.deadline() == expected
+        if ask:
+            held = coalescer.held.values()
+            expected = min(h.since for h in held) + 1.0 if held else None
+            assert coalescer.deadline() == expected
         assert len(coalescer._since) <= 2 * len(coalescer.held) + 64 + 1
+    held = coalescer.held.values()
+    assert coalescer.deadline() == (min(h.since for h in held) + 1.0 if held else None)
+
+
+def test_a_heap_of_stale_entries_is_rebuilt_from_the_acks_held():
+    # A driver that never asks for the deadline leaves every released ACK's entry behind;
+    # past twice the ACKs held (and a slack) the heap is rebuilt from what is held.
+    coalescer = AckCoalescer(every=3, delay=1.0)
+    total = 10 * SEG
+
+    def hold(flow, now):
+        reply = Fth(Opcode.ACK, 0, SEG, flow, SEG, 0).encode()
+        assert coalescer.offer(reply, "peer", now, total) == []
+
+    for flow in range(200):
+        hold(flow, float(flow))
+    assert len(coalescer.due(150.0)) == 150  # 50 held, 200 entries
+    hold(1000, 300.0)
+    assert len(coalescer._since) == len(coalescer.held) == 51
+    assert coalescer.deadline() == 150.0 + 1.0
