@@ -343,6 +343,21 @@ def test_payload_is_kept_per_flow_and_grows_with_the_data():
     assert rx.payload(2) == bytes(K) + bytes([9]) * K + bytes(2 * K)
 
 
+def test_tiny_segments_are_packed_so_memory_follows_the_bytes():
+    # A peer may send one byte per DATA packet; the kept bytes must not cost an object each.
+    from host_agent.core.receiver import _PACK_UPTO
+
+    total = 3 * _PACK_UPTO
+    rx = ForgiveReceiver(ReceiverPolicy(p_low=0.0, p_high=0.0))
+    rx.register_flow(5, step=0, gradient=False, keep_payload=True)
+    content = bytes(range(256)) * (total // 256)
+    for seq in range(total):
+        rx.receive(data(5, seq, 1, total, fill=content[seq]), False, 0.0)
+    assert rx.flow_state(5).complete
+    assert len(rx._flows[5].parts) <= total // _PACK_UPTO + 1
+    assert rx.payload(5) == content
+
+
 def test_forgiven_ranges_outlive_the_scoreboard_and_match_the_zero_fill():
     rx = receiver(expected=40 * K)
     fill(rx, 30 * K, 40 * K)

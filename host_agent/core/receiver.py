@@ -32,6 +32,11 @@ _VO_ACK: Final = (FTH_VERSION << 4) | Opcode.ACK
 _VO_NACK: Final = (FTH_VERSION << 4) | Opcode.NACK
 _VO_CNP: Final = (FTH_VERSION << 4) | Opcode.CNP
 _VO_DATA: Final = (FTH_VERSION << 4) | Opcode.DATA
+_PACK_BELOW: Final = 256
+"""Settled pieces shorter than this are packed together (`_keep`): a peer sending tiny
+segments would otherwise cost an object, forty times its bytes, per segment."""
+_PACK_UPTO: Final = 1 << 16
+"""A packed part grows to this size, then the next tiny piece starts another."""
 _ELIGIBLE: Final = int(Flag.ELIGIBLE)
 _EXHAUSTED: Final = int(Flag.EXHAUSTED)
 _ECE: Final = int(Flag.ECE)
@@ -137,7 +142,7 @@ class RxFlow:
         exemption_eligible: bool,
         *,
         total: int | None,
-        parts: list[bytes] | None,
+        parts: list[bytes | bytearray] | None,
         size_registered: bool,
     ) -> None:
         self.flow_id = flow_id
@@ -521,7 +526,7 @@ class ForgiveReceiver:
                     off = FTH_LEN + s - seq
                     piece = bytes(buf[off : off + e - s])
                     if s == flow.buffered:
-                        parts.append(piece)
+                        _keep(parts, piece)
                         flow.buffered = e
                     else:
                         flow.held[s] = piece
@@ -556,7 +561,7 @@ class ForgiveReceiver:
                 piece = held.pop(pos)
             else:
                 piece = bytes((min(starts[0], upto) if starts else upto) - pos)
-            parts.append(piece)
+            _keep(parts, piece)
             pos += len(piece)
         flow.buffered = pos
 
@@ -637,3 +642,16 @@ class ForgiveReceiver:
             return True
         p = entry.p_exact
         return forgiven_after * p.denominator <= p.numerator * (entry.received + forgiven_after)
+
+
+def _keep(parts: list[bytes | bytearray], piece: bytes) -> None:
+    """Append a settled piece to a flow's parts; tiny pieces go into a packed bytearray, kept
+    small enough that growing it stays cheap."""
+    if len(piece) >= _PACK_BELOW:
+        parts.append(piece)
+        return
+    last = parts[-1] if parts else None
+    if isinstance(last, bytearray) and len(last) < _PACK_UPTO:
+        last += piece
+    else:
+        parts.append(bytearray(piece))
