@@ -11,8 +11,10 @@ Run: `.venv/bin/python benchmarks/bench_sim.py [--quick]`. In one run it prints
   `Clock` with the same number of events pending and a callback that does nothing but
   schedule the next) times the run's events, over the run's wall time;
 - the wall time of the 64-rank, 20-step run at the default byte scale (goal: 10 minutes);
-- how the wall time grows with ranks (8, 16, 32, 64, three steps) and with bytes (16 ranks,
-  three steps, byte scale 128, 64, 32).
+- how the wall time grows with ranks (8, 16, 32, 64, three steps), with the CPU time per
+  DATA packet, per frame over a link and per event at each (a 64-rank DATA packet crosses
+  more links and makes more events than an 8-rank one, so the last two say whether the
+  engine's own cost grows), and with bytes (16 ranks, three steps, byte scale 128, 64, 32).
 
 `--quick` skips the 20-step run. `--compare DIR` instead runs another checkout (e.g. `git
 worktree add /tmp/old 1cb5452`) and this one alternately, `--rounds` times each, on the
@@ -223,15 +225,18 @@ def main() -> None:
             f"x{st['wall_s'] / by_ranks[8]['wall_s']:.1f} of 8 ranks; "
             f"{st['per_data'] * 1e6:.0f} us CPU per DATA packet, "
             f"{st['cpu_s'] / st['frames'] * 1e6:.1f} us per frame over a link "
-            f"({st['frames'] / st['data_packets']:.2f} frames per DATA packet)"
+            f"({st['frames'] / st['data_packets']:.2f} frames per DATA packet), "
+            f"{st['cpu_s'] / st['events'] * 1e6:.1f} us per event "
+            f"({st['events'] / st['data_packets']:.2f} per DATA packet)"
         )
-    flat = by_ranks[64]["per_data"] / by_ranks[8]["per_data"]
-    per_frame = (by_ranks[64]["cpu_s"] / by_ranks[64]["frames"]) / (
-        by_ranks[8]["cpu_s"] / by_ranks[8]["frames"]
-    )
+    big, small = by_ranks[64], by_ranks[8]
+    flat = big["per_data"] / small["per_data"]
+    per_frame = (big["cpu_s"] / big["frames"]) / (small["cpu_s"] / small["frames"])
+    event_ratio = (big["cpu_s"] / big["events"]) / (small["cpu_s"] / small["events"])
     print(
         f"  per DATA packet, 64 ranks over 8: x{flat:.2f} (goal x{GOAL_FLAT}: "
-        f"{'met' if flat <= GOAL_FLAT else 'missed'}); per frame over a link: x{per_frame:.2f}"
+        f"{'met' if flat <= GOAL_FLAT else 'missed'}); per frame over a link: x{per_frame:.2f}; "
+        f"per event: x{event_ratio:.2f}"
     )
     print("growth with bytes (16 ranks, 3 steps):")
     by_bytes = {}
