@@ -179,8 +179,7 @@ def udp_header(sport: int, fth_len: int) -> bytes:
 class Arrival:
     """What the agent keeps of an arriving frame's outer headers.
 
-    A plain class, not a dataclass: mypyc compiles a hand-written `__init__` but leaves a
-    dataclass's generated one interpreted, and one is made per received frame."""
+    One is made per received frame (plain, not a dataclass: common.native)."""
 
     def __init__(
         self,

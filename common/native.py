@@ -14,6 +14,13 @@ code path, written once in Python; the build only changes how it runs.
 `FORGIVE_PURE=1` in the environment forces the plain-Python path (the compiled and the
 plain path are tested to give the same runs.json byte for byte, tests/test_native.py).
 A checkout with no build (a fresh worktree) runs plain Python without a word.
+
+What the compiled modules keep to, since mypyc runs anything else at the interpreter's
+speed: module constants are `Final` (else each use is a lookup in the module's globals);
+a class made per frame or per message is a plain class with its own `__init__` (mypyc
+hands a dataclass to `dataclasses`, whose generated `__init__` stays interpreted); and what
+`struct` unpacks is typed where it is unpacked, so that arithmetic on it is on machine
+integers (docs/simulation.md, "The compiled build").
 """
 
 from __future__ import annotations

@@ -48,8 +48,7 @@ Outgoing = tuple[bytes, Any]
 
 
 class _Held:
-    """An ACK held back for coalescing. A plain class, not a dataclass: mypyc compiles a hand-written `__init__` but leaves a
-    dataclass's generated one interpreted, and one is made per held ACK."""
+    """An ACK held back for coalescing (plain, not a dataclass: common.native)."""
 
     def __init__(self, reply: bytes, dest: Any, since: float, count: int, covers: int) -> None:
         self.reply = reply

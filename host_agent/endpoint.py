@@ -264,8 +264,7 @@ class EndpointConfig:
 
 
 class _Sending:
-    """A message being sent. A plain class, not a dataclass: mypyc compiles a hand-written `__init__` but leaves a
-    dataclass's generated one interpreted, and one is made per message."""
+    """A message being sent (plain, not a dataclass: common.native)."""
 
     def __init__(self, peer: bytes, dscp: int, step: int | None, size: int, started: float) -> None:
         self.peer = peer
@@ -276,7 +275,7 @@ class _Sending:
 
 
 class _Receiving:
-    """A message being received (plain, as `_Sending`)."""
+    """A message being received (plain, not a dataclass: common.native)."""
 
     def __init__(self, step: int, traffic_class: str, deliver: bool) -> None:
         self.step = step

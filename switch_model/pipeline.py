@@ -76,8 +76,7 @@ class Headers:
     """What ingress reads of a parsed packet with a valid IPv4 header: fields of hdr.ipv4,
     meta.l4_*_port, and the booleans the program's apply block starts with.
 
-    A plain class, not a dataclass: one is made per frame at every switch, and mypyc
-    compiles a hand-written `__init__` but leaves a dataclass's generated one interpreted."""
+    One is made per frame at every switch (plain, not a dataclass: common.native)."""
 
     def __init__(
         self,

@@ -59,9 +59,8 @@ Token = tuple[str, int]
 
 
 class _Wait:
-    """Something to run once every token it needs is settled. A plain class, not a
-    dataclass: mypyc compiles a hand-written `__init__` but leaves a dataclass's generated one
-    interpreted, and a rank makes one per ring message."""
+    """Something to run once every token it needs is settled; a rank makes one per ring
+    message (plain, not a dataclass: common.native)."""
 
     def __init__(self, order: int, needs: set[Token], then: Callable[[float], None]) -> None:
         self.order = order

@@ -132,7 +132,7 @@ class StepState(FieldMapping):
 class RxFlow:
     """One message being received: its scoreboard, what was forgiven, its bytes, its counts.
 
-    A plain class, not a dataclass, as `sender.TxFlow` (one is made per message)."""
+    One is made per message (plain, not a dataclass: common.native)."""
 
     def __init__(
         self,
@@ -160,6 +160,7 @@ class RxFlow:
         packet by packet is copied again whenever the allocator cannot grow it in place,
         which with many messages arriving at once is most of the time."""
         self.buffered = 0
+        """Bytes in `parts`, kept rather than summed: every DATA packet reads it."""
         self.complete: bool = False
         self.received_bytes: int = 0
         self.forgiven_bytes: int = 0

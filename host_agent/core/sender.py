@@ -67,8 +67,7 @@ class PathTiming:
 class TxFlow:
     """One message being sent: its bytes, its reaction point, what is in flight, its counters.
 
-    A plain class, not a dataclass: mypyc compiles a hand-written `__init__` but leaves a
-    dataclass's generated one interpreted, and one is made per message."""
+    One is made per message (plain, not a dataclass: common.native)."""
 
     def __init__(
         self,
