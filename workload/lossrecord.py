@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from common import records
 from common.wire import PACKET_BYTES
@@ -201,6 +201,11 @@ class LossEntry:
         return cls(step, src, dst, phase, ring_step, chunk, _int(doc, "flow", 0), tuple(ranges))
 
 
+def may_lose(msg: Message | None) -> TypeGuard[Message]:
+    """Whether a flow can have a loss entry at all: only the gradient's messages can."""
+    return msg is not None and msg.kind == Kind.GRADIENT
+
+
 def entry_from_completion(
     cfg: TrainingConfig, msg: Message | None, event: Mapping[str, Any]
 ) -> LossEntry | None:
@@ -209,7 +214,7 @@ def entry_from_completion(
     `event` is the agent's `recv_done`: a shed flow lost its whole message; any
     other flow lost its `forgiven_ranges` (absent when nothing was forgiven).
     """
-    if msg is None or msg.kind != Kind.GRADIENT:
+    if not may_lose(msg):
         return None
     if event.get("shed"):
         ranges = [(0, msg.size, SHED)] if msg.size else []

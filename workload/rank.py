@@ -38,7 +38,7 @@ from host_agent.core import (
 )
 from host_agent.endpoint import Endpoint
 from host_agent.events import BoundViolation, Event, FlowFailed, RecvDone, SendDone, Shed
-from workload.lossrecord import Layout, entry_from_completion
+from workload.lossrecord import Layout, entry_from_completion, may_lose
 from workload.plan import (
     Kind,
     Message,
@@ -292,7 +292,7 @@ class Rank:
         """The loss record's entry for a gradient flow that gave up bytes (workload.lossrecord).
         Other flows have none: their event is not turned into its record for nothing."""
         msg = self.messages.get(event.flow)
-        if msg is None or msg.kind != Kind.GRADIENT:
+        if not may_lose(msg):
             return
         entry = entry_from_completion(self.cfg, msg, events.record(event))
         if entry is not None:
