@@ -40,10 +40,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_core import best_rate, sender_run
 
 from common import native
-from topologies.fabric import FabricSpec
-from topologies.runplan import JOBS, RunConfig
-from topologies.simulated import DEFAULT_BYTE_SCALE, run_simulated, sim_scaling
-from topologies.virtual import Clock
+from runplan.fabric import DEFAULT_BYTE_SCALE, FabricSpec, sim_scaling
+from runplan.run import JOBS, RunConfig, plan_run
+from runs.collect import collect_run
+from simulator.engine import Clock
+from simulator.run import simulate as simulate_run
 
 GOAL_RATIO = 0.5
 GOAL_WALL_S = 600.0
@@ -158,7 +159,8 @@ def simulate(ranks: int, steps: int, byte_scale: float = DEFAULT_BYTE_SCALE) -> 
     stats: dict = {}
     with tempfile.TemporaryDirectory() as out:
         started, cpu = time.perf_counter(), time.process_time()
-        result = run_simulated(config, Path(out), f"{ranks} ranks", tty=False, engine_stats=stats)
+        run = plan_run(config, Path(out))
+        result = collect_run(run, simulate_run(run, label=f"{ranks} ranks", engine_stats=stats))
         stats["total_s"] = time.perf_counter() - started
         stats["cpu_s"] = time.process_time() - cpu
     stats["data_packets"] = result.data_packets_sent

@@ -67,9 +67,9 @@ def load_fabric(name: str) -> Fabric:
     switch's queues, not an emulation's)."""
     if name.lower().endswith(".json"):
         return load(name)
-    from topologies.fabric import FabricError, plan, preset, with_scaling
-    from topologies.fabric import load as load_spec
-    from topologies.scaling import Scaling
+    from runplan.fabric import FabricError, plan, preset, with_scaling
+    from runplan.fabric import load as load_spec
+    from runplan.scaling import Scaling
 
     try:
         spec = load_spec(name) if name.lower().endswith(".toml") else preset(name)

@@ -24,10 +24,10 @@ from commands import impact as impact_cli
 from commands import study as study_cli
 from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
 from host_agent.policies import DEFAULT_POLICY
-from topologies.cache import RunCache, link_runs, run_cached
-from topologies.fabric import PRESETS, FabricError, FabricSpec
-from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock
-from topologies.options import (
+from runplan.fabric import PRESETS, FabricError, FabricSpec
+from runplan.run import ENGINES, JOBS, RunConfig, RunError
+from runs.cache import RunCache, link_runs, run_cached
+from runs.options import (
     add_regime_options,
     critical_from,
     dcqcn_profile,
@@ -35,11 +35,12 @@ from topologies.options import (
     tp_phase,
     with_regime,
 )
-from topologies.progress import say
-from topologies.report import FolderError, writable_folder, write_results
+from runs.progress import say
+from runs.report import FolderError, writable_folder, write_results
+from runs.sweep import run_all, run_one
+from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock
+from topologies.runner import check as check_emulation
 from topologies.runner import require_root
-from topologies.runplan import ENGINES, JOBS, RunConfig, RunError
-from topologies.sweep import run_all, run_one
 
 DEFAULT_POLICIES = ("tight", "forgive", "dcqcn", "shed")
 DEFAULT_SEEDS = (1, 2)
@@ -207,6 +208,8 @@ def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
     ]
     for config in configs:
         config.validate()
+        if config.engine == "mininet":
+            check_emulation(config)  # root, and BMv2 where asked for
     return configs
 
 

@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     from impact.experiment import ImpactError, choose_runs, run
     from impact.report import write
-    from topologies.report import read_runs, writable_folder
+    from runs.report import read_runs, writable_folder
 
     try:
         seeds = tuple(int(s) for s in args.seeds.split(",") if s)

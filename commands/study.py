@@ -30,13 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
-from study import calibrate, page, regime, report
-from study.claims import CLAIMS, NSCC_CLAIMS, judge
-from study.runs import Setup, by_variant, plan
-from study.variants import BY_NAME, NSCC_VARIANTS, VARIANTS, Variant, critical_steps
-from topologies.cache import RunCache, run_cached
-from topologies.fabric import FabricError
-from topologies.options import (
+from runplan.fabric import FabricError
+from runplan.run import ENGINES, JOBS, RunConfig, RunError, Workload
+from runs.cache import RunCache, run_cached
+from runs.options import (
     add_regime_options,
     add_schedule_option,
     critical_from,
@@ -45,11 +42,14 @@ from topologies.options import (
     tp_phase,
     with_regime,
 )
-from topologies.progress import say
-from topologies.report import FolderError, writable_folder
-from topologies.results import RunResult
-from topologies.runplan import ENGINES, JOBS, RunConfig, RunError, Workload
-from topologies.sweep import run_one
+from runs.progress import say
+from runs.report import FolderError, writable_folder
+from runs.results import RunResult
+from runs.sweep import run_one
+from study import calibrate, page, regime, report
+from study.claims import CLAIMS, NSCC_CLAIMS, judge
+from study.runs import Setup, by_variant, plan
+from study.variants import BY_NAME, NSCC_VARIANTS, VARIANTS, Variant, critical_steps
 
 DEFAULT_SEEDS = (1, 2, 3)
 DEFAULT_BASELINE_SEEDS = (1, 2, 3, 4, 5)

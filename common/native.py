@@ -50,7 +50,7 @@ COMPILED = (
     "common.frames",
     "switch_model.crc16",
     "switch_model.counters",
-    "topologies.virtual",
+    "simulator.engine",
     "switch_model.tables",
     "workload.rank",
 )

@@ -38,7 +38,7 @@ from impact.masks import (
 from impact.model import Digits, load_digits
 from impact.replicas import SHARDED, Replicas
 from impact.ring import RENORMALISE, TREATMENTS
-from topologies.results import RunResult
+from runs.results import RunResult
 from workload.lossrecord import Layout, LossRecord, LossRecordError
 from workload.rank import classify
 

@@ -30,8 +30,8 @@ from impact.experiment import (
 )
 from impact.masks import COMPARISONS, NO_LOSS, RECORDED, UNIFORM
 from impact.ring import TREATMENTS
-from topologies.plots import save_figure
-from topologies.results import range_cell, render_table
+from runs.plots import save_figure
+from runs.results import range_cell, render_table
 
 TRAINING_COLUMNS = [
     ("lost_pct", "lost %", "{:.2f}"),

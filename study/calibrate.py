@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from runplan.run import RunConfig
+from runs.results import RunResult
 from study import figures as fg
 from study.claims import ABOVE, Claim
 from study.slack import allreduce_bound_s
 from study.variants import DCQCN, TIGHT, Variant
-from topologies.results import RunResult
-from topologies.runplan import RunConfig
 
 CC_OFF = "cc-off"
 CC_OFF_PROFILE = "off"

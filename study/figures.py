@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
-from topologies.results import RunResult
+from runs.results import RunResult
 
 Runs = Mapping[str, Sequence[RunResult]]
 """Runs by variant name."""

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from topologies.results import RunResult
+from runs.results import RunResult
 
 PAGE = "report.html"
 RUNS_CSV = "runs.csv"

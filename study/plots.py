@@ -12,11 +12,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.transforms import Bbox
 
+from runs.plots import save_figure
 from study import figures as fg
 from study import variants as v
 from study.claims import BY_KEY
 from study.regime import NOTE_SAVING, NOTE_SLACK
-from topologies.plots import save_figure
 
 WORST_FABRIC = [x.name for x in v.VARIANTS if x.fabric == v.WORST and not x.companion]
 COLORS = {x.name: plt.get_cmap("tab20")(i % 20) for i, x in enumerate(v.VARIANTS)}

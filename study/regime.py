@@ -18,9 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from host_agent.core import DEFAULT_PROFILE, PROFILES
-from study.claims import number
-from study.slack import allreduce_bound_s, busiest_uplink_hops
-from topologies.fabric import (
+from runplan.fabric import (
     DCQCN_STATES,
     PRESETS,
     WINDOWS,
@@ -28,10 +26,12 @@ from topologies.fabric import (
     FabricSpec,
     with_data_queue,
 )
-from topologies.options import REGIME_PROFILES
-from topologies.options import with_profile as profile_fabric
-from topologies.results import RunResult, render_table
-from topologies.runplan import RunConfig, RunError
+from runplan.run import RunConfig, RunError
+from runs.options import REGIME_PROFILES
+from runs.options import with_profile as profile_fabric
+from runs.results import RunResult, render_table
+from study.claims import number
+from study.slack import allreduce_bound_s, busiest_uplink_hops
 from workload.plan import TP_PHASES
 
 TIGHT, FORGIVE = "tight", "forgive"
@@ -54,13 +54,13 @@ def ring_step_bytes(config: RunConfig) -> float:
 
 def with_step_over_buffer(config: RunConfig, ratio: float) -> RunConfig:
     """The data queue resized so that a ring step is `ratio` times it, marking at the note's
-    fractions of it (`topologies.fabric.with_data_queue`)."""
+    fractions of it (`runplan.fabric.with_data_queue`)."""
     queue = int(ring_step_bytes(config) / ratio)
     return replace(config, fabric=with_data_queue(config.fabric, queue))
 
 
 def with_nic(config: RunConfig, **settings: Any) -> RunConfig:
-    """The hosts' transport changed (topologies.fabric.NicSettings)."""
+    """The hosts' transport changed (runplan.fabric.NicSettings)."""
     nic = replace(config.fabric.nic, **settings)
     return replace(config, fabric=replace(config.fabric, nic=nic))
 
@@ -72,8 +72,8 @@ def with_fabric(config: RunConfig, name: str) -> RunConfig:
 
 
 def with_profile(config: RunConfig, name: str) -> RunConfig:
-    """A named set of regime options (topologies.options.REGIME_PROFILES), as `--profile
-    name` sets them: its DCQCN profile, and the fabric through topologies.options.with_profile."""
+    """A named set of regime options (runs.options.REGIME_PROFILES), as `--profile
+    name` sets them: its DCQCN profile, and the fabric through runs.options.with_profile."""
     dcqcn = str(REGIME_PROFILES[name]["dcqcn"])
     return replace(config, dcqcn=dcqcn, fabric=profile_fabric(config.fabric, name))
 

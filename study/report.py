@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runs.results import render_table
 from study import page
 from study.claims import WITHIN, Verdict, number
 from study.figures import Runs
-from topologies.results import render_table
 
 VERDICT_RULE = (
     "direction: the median over seeds lies on the side of the reference the note claims (or "

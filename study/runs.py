@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from host_agent.core import DEFAULT_PROFILE
+from runplan.fabric import FabricSpec
+from runplan.run import RunConfig, Workload
+from runs.results import RunResult
 from study.variants import NONBLOCKING, Variant, wrong_steps
-from topologies.fabric import FabricSpec
-from topologies.results import RunResult
-from topologies.runplan import RunConfig, Workload
 
 
 @dataclass(frozen=True)

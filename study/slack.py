@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from topologies.fabric import plan
-from topologies.runplan import RunConfig
+from runplan.fabric import plan
+from runplan.run import RunConfig
 
 
 def busiest_uplink_hops(config: RunConfig) -> tuple[int, int]:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from topologies import cache
-from topologies.cache import RESULT, RunCache, config_doc, link_runs, run_cached, run_key
-from topologies.fabric import preset
-from topologies.results import RunResult, StepResult
-from topologies.runplan import RunConfig, RunError, Workload
+from runplan.fabric import preset
+from runplan.run import RunConfig, RunError, Workload
+from runs import cache
+from runs.cache import RESULT, RunCache, config_doc, link_runs, run_cached, run_key
+from runs.results import RunResult, StepResult
 
 BASE = RunConfig(preset("2to1"), policy="forgive", seed=1)
 

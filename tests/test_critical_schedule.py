@@ -10,6 +10,10 @@ import pytest
 
 from commands.train import arguments, training_config
 from host_agent.core import StaticSchedule
+from runplan.fabric import FabricError, preset
+from runplan.run import JOBS, RunConfig, Workload
+from runs.cache import config_doc, run_key
+from runs.options import add_schedule_option, critical_from
 from study.runs import Setup, plan
 from study.variants import (
     BY_NAME,
@@ -20,10 +24,6 @@ from study.variants import (
     critical_steps,
     wrong_steps,
 )
-from topologies.cache import config_doc, run_key
-from topologies.fabric import FabricError, preset
-from topologies.options import add_schedule_option, critical_from
-from topologies.runplan import JOBS, RunConfig, Workload
 from workload.plan import TrainingConfig
 from workload.rank import make_detector
 

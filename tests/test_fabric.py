@@ -3,8 +3,8 @@ import tracemalloc
 import pytest
 
 from commands.forgive import main
-from topologies.fabric import PRESETS, FabricError, load, plan, preset
-from topologies.scaling import Scaling, ScalingError
+from runplan.fabric import PRESETS, FabricError, load, plan, preset
+from runplan.scaling import Scaling, ScalingError
 
 
 def test_presets_have_the_oversubscription_their_names_say():

@@ -17,7 +17,7 @@ from host_agent.events import BoundViolation, FlowFailed, RecvDone, SendDone, Sh
 from host_agent.host import Host, HostConfig
 from host_agent.policies import parse_policy
 from host_agent.stats import StatsLog
-from topologies.virtual import VirtualFabric, host_ports, star
+from simulator.engine import VirtualFabric, host_ports, star
 from workload.plan import Kind, TrainingConfig, flow_id
 from workload.rank import Rank
 

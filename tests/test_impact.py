@@ -39,7 +39,7 @@ from impact.masks import (  # noqa: E402
 )
 from impact.report import write  # noqa: E402
 from impact.ring import RENORMALISE, ZERO_FILL, Ring  # noqa: E402
-from topologies.results import RunResult, StepResult  # noqa: E402
+from runs.results import RunResult, StepResult  # noqa: E402
 from workload.lossrecord import (  # noqa: E402
     ALL_GATHER,
     FORGIVEN,

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from topologies.collect import CollectError, loss_record
+from runs.collect import CollectError, loss_record
 from workload.lossrecord import (
     ALL_GATHER,
     FORGIVEN,

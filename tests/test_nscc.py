@@ -22,8 +22,8 @@ from host_agent.core import ForgiveSender, NsccParams, NsccWindow
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
+from simulator.engine import VirtualFabric, star
 from switch_model.surface import PMAX_ONE
-from topologies.virtual import VirtualFabric, star
 
 ELIGIBLE = int(Flag.ELIGIBLE)
 EXHAUSTED = int(Flag.ELIGIBLE | Flag.EXHAUSTED)
@@ -459,8 +459,8 @@ def test_the_emulation_gives_every_trainer_nscc_with_its_timers_stretched(tmp_pa
     the congestion control."""
     from commands.train import agent_config
     from host_agent.endpoint import Endpoint
-    from topologies.fabric import preset
-    from topologies.runplan import RunConfig, plan_run
+    from runplan.fabric import preset
+    from runplan.run import RunConfig, plan_run
     from workload.hostplan import HostEntry
 
     config = RunConfig(preset("2to1"), cc="nscc")
@@ -479,7 +479,7 @@ def test_training_under_nscc_keeps_the_bound_and_repeats_byte_for_byte():
     """The training job of test_virtual_fabric with NSCC in every sender: every rank
     finishes within its loss bound, the windows are recorded, and one seed gives the
     same records twice."""
-    from topologies.virtual import train
+    from simulator.engine import train
     from workload.plan import TrainingConfig
 
     job = TrainingConfig(

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from topologies.report import read_runs, write_results
-from topologies.results import RunResult, StepResult, compare, format_table
+from runs.report import read_runs, write_results
+from runs.results import RunResult, StepResult, compare, format_table
 
 
 def run(policy, seed, train_s, forgiven=0, violations=0, crit_ms=(10.0,), norm_ms=(20.0, 30.0)):

@@ -12,11 +12,11 @@ from link import Impairments, Link
 
 from common.wire import PACKET_BYTES, decode
 from host_agent.core import DcqcnParams, ForgiveReceiver, ForgiveSender, ReceiverPolicy
-from topologies.cache import run_key
-from topologies.fabric import FabricError, parse, plan, preset, with_scaling
-from topologies.options import with_regime
-from topologies.runplan import RunConfig, bdp_bytes
-from topologies.scaling import Scaling
+from runplan.fabric import FabricError, parse, plan, preset, with_scaling
+from runplan.run import RunConfig, bdp_bytes
+from runplan.scaling import Scaling
+from runs.cache import run_key
+from runs.options import with_regime
 
 K = PACKET_BYTES
 LINE = 10e9
@@ -101,7 +101,7 @@ def test_qp_state_carries_alpha_and_rate_from_one_message_to_the_next(profile):
 
 
 def test_with_congestion_control_off_state_per_qp_sends_what_state_per_message_sends():
-    """So the run cache keeps one run for both (topologies.cache.config_doc)."""
+    """So the run cache keeps one run for both (runs.cache.config_doc)."""
 
     def trace(qp_state: bool):
         tx = ForgiveSender(
@@ -214,7 +214,7 @@ def test_command_line_options_override_the_fabric_and_name_themselves_when_bad()
 
 
 def test_the_astra_profile_names_its_options_and_an_option_beside_it_wins():
-    from topologies.options import dcqcn_profile
+    from runs.options import dcqcn_profile
 
     args = argparse.Namespace(**{**vars(_args()), "profile": "astra", "dcqcn": None})
     spec = with_regime(FULL, args)
@@ -233,7 +233,7 @@ def test_the_astra_profile_names_its_options_and_an_option_beside_it_wins():
 
 
 def test_the_astra_buffer_profile_is_astra_with_an_8_mib_data_queue_and_the_notes_marking():
-    from topologies.options import dcqcn_profile
+    from runs.options import dcqcn_profile
 
     args = argparse.Namespace(**{**vars(_args()), "profile": "astra-buffer", "dcqcn": None})
     spec = with_regime(FULL, args)
@@ -247,7 +247,7 @@ def test_the_astra_buffer_profile_is_astra_with_an_8_mib_data_queue_and_the_note
 
 
 def test_the_bdp_window_is_a_byte_quantity_that_shrinks_with_the_byte_scale():
-    from topologies.simulated import sim_scaling
+    from runplan.fabric import sim_scaling
 
     scaled = sim_scaling(preset("note-4to1"), byte_scale=128)
     delay = 1e-6 * scaled.scaling.time_scale  # the simulator's link delay on its clock

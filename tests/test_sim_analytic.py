@@ -11,7 +11,7 @@ from host_agent.endpoint import EndpointConfig
 from host_agent.events import RecvDone
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
-from topologies.virtual import SimulationError, VirtualFabric, star
+from simulator.engine import SimulationError, VirtualFabric, star
 
 HEADERS = FRAME_BYTES - PACKET_BYTES
 """Ethernet, IPv4, UDP and FTH bytes in front of every payload."""

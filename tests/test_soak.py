@@ -1,4 +1,4 @@
-"""The soak (topologies.soak): its bounds on made-up traces, a short soak of a small job in
+"""The soak (soak_harness): its bounds on made-up traces, a short soak of a small job in
 `make test`, and the 200-step soak of the default job, which runs only under `make soak` (a
 marked test: `make test`'s five minutes cannot hold it)."""
 
@@ -12,12 +12,7 @@ from pathlib import Path
 
 import pytest
 from netns import netns_unavailable
-
-from common.wire import DATA_FRAME_LEN, TRIMMED_FRAME_LEN
-from topologies.collect import CollectError, StepProgress
-from topologies.fabric import plan, preset
-from topologies.runplan import RunConfig, plan_run
-from topologies.soak import (
+from soak_harness import (
     BMV2_PACKET_BYTES,
     FD_GROWTH_BOUND,
     NATIVE_SLACK_KIB,
@@ -33,6 +28,11 @@ from topologies.soak import (
     trims_per_step,
     warmup_of,
 )
+
+from common.wire import DATA_FRAME_LEN, TRIMMED_FRAME_LEN
+from runplan.fabric import plan, preset
+from runplan.run import RunConfig, RunError, plan_run
+from topologies.steps import StepProgress
 
 STEPS = 40
 
@@ -192,7 +192,7 @@ def test_progress_reads_what_was_appended_and_waits_for_every_rank(tmp_path):
     assert progress.done([a, b]) == 1
     with open(b, "a") as f:
         f.write("not json\n")
-    with pytest.raises(CollectError, match=r"h2\.train\.jsonl: line 1 after byte"):
+    with pytest.raises(RunError, match=r"h2\.train\.jsonl: line 1 after byte"):
         progress.done([a, b])
 
 

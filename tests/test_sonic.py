@@ -32,7 +32,7 @@ HLD_FIELDS: dict[str, set[str]] = {
 fields; TC_TO_DSCP_MAP's fields are traffic classes."""
 YANG_FIELDS = {"BUFFER_PROFILE": {"static_th"}, "ACL_RULE": {"DST_IP", "DSCP"}}
 HLD_TABLES = {*HLD_FIELDS, "TC_TO_DSCP_MAP", "BUFFER_POOL", "FLEX_COUNTER_TABLE"}
-ASYMMETRIC = Path(__file__).resolve().parent.parent / "topologies/fabrics/2to1-asymmetric.toml"
+ASYMMETRIC = Path(__file__).resolve().parent.parent / "runplan/fabrics/2to1-asymmetric.toml"
 
 
 def description(**trimming) -> dict:

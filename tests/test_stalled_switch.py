@@ -17,9 +17,9 @@ from switch_harness import device_config, free_tcp_port, p4info, p4info_path
 from controller.client import SwitchClient, SwitchUnreachable
 from controller.fabric_control import FabricController
 from controller.topology import parse
+from runplan.run import RunError
 from topologies.processes import is_stopped, stop_process
 from topologies.runner import FabricRun
-from topologies.runplan import RunError
 
 SERVE = (
     "import sys, time\n"

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 
 from commands.forgive import main
+from runplan.fabric import preset, sim_scaling
+from runplan.run import JOBS, RunConfig
+from runs.results import RunResult
 from study import calibrate
 from study.slack import allreduce_bound_s
-from topologies.fabric import preset
-from topologies.results import RunResult
-from topologies.runplan import JOBS, RunConfig
-from topologies.simulated import sim_scaling
 
 ARGS = ["study", "calibrate", "--fabric", "2to1", "--job", "default", "--steps", "5",
         "--seeds", "1", "--byte-scale", "128"]  # fmt: skip

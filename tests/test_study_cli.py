@@ -10,9 +10,9 @@ import pytest
 
 from commands import study as study_cli
 from commands.forgive import main
+from runplan.run import RunConfig
+from runs.results import RunResult, StepResult
 from study.variants import VARIANTS
-from topologies.results import RunResult, StepResult
-from topologies.runplan import RunConfig
 
 TIME = {"tight": 100.0, "forgive": 84.0, "dcqcn": 100.5, "forgive-P0": 85.0}
 
@@ -122,10 +122,10 @@ def test_bad_options_are_one_line_and_nothing_runs(
 
 
 def test_the_plan_gives_each_variant_its_fabric_seeds_job_and_detector():
+    from runplan.fabric import preset
+    from runplan.run import JOBS
     from study.runs import Setup, plan
     from study.variants import BY_NAME, FALSE, MISSED, NB_FORGIVE, wrong_steps
-    from topologies.fabric import preset
-    from topologies.runplan import JOBS
 
     setup = Setup(
         worst=preset("note-4to1"), nonblocking=preset("note-1to1"), workload=JOBS["note"],
@@ -168,8 +168,8 @@ def test_cc_nscc_adds_the_headline_variants_under_nscc_and_their_rows(tmp_path, 
 
 
 def test_an_nscc_run_is_its_own_in_the_cache_and_a_dcqcn_run_keeps_its_key():
-    from topologies.cache import config_doc, run_key
-    from topologies.fabric import preset
+    from runplan.fabric import preset
+    from runs.cache import config_doc, run_key
 
     dcqcn = RunConfig(preset("note-4to1"), engine="sim")
     nscc = RunConfig(preset("note-4to1"), engine="sim", cc="nscc")

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
+from runs.results import RunResult, StepResult
 from study import figures as fg
 from study.claims import ABOVE, BELOW, CLAIMS, EQUAL, WITHIN, Claim, judge
-from topologies.results import RunResult, StepResult
 
 
 def step(n, critical=False, allreduce=(1.0,), expected=1000, forgiven=0, fifths=None, **kw):

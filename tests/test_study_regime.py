@@ -11,12 +11,12 @@ import pytest
 
 from commands import study as study_cli
 from commands.forgive import main
+from runplan.fabric import FabricError
+from runplan.run import JOBS, RunConfig, RunError
+from runs.cache import run_key
+from runs.options import REGIME_PROFILES, fabric_from
 from study import regime
 from study.variants import BY_NAME, TIGHT
-from topologies.cache import run_key
-from topologies.fabric import FabricError
-from topologies.options import REGIME_PROFILES, fabric_from
-from topologies.runplan import JOBS, RunConfig, RunError
 
 GRID = ["study", "regime", "--fabric", "2to1", "--job", "default", "--steps", "5"]
 GRID += ["--byte-scale", "128", "--seeds", "1", "--cells", "base,step/buffer=4"]

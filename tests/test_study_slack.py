@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from runplan.fabric import PRESETS
+from runplan.run import JOBS, RunConfig
 from study.slack import allreduce_bound_s, slack
-from topologies.fabric import PRESETS
-from topologies.runplan import JOBS, RunConfig
 
 RING_BITS = 2 * 63 / 64 * (64 << 20) * 8
 """What each of 64 ranks sends in a ring all-reduce of 64 MiB, in bits."""

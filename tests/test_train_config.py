@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from commands.train import agent_config, arguments, training_config
-from topologies.fabric import preset
-from topologies.runplan import RunConfig, Workload, plan_run
+from runplan.fabric import preset
+from runplan.run import RunConfig, Workload, plan_run
 from workload.hostplan import HostEntry
 from workload.plan import TrainingConfig
 

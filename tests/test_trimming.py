@@ -23,17 +23,16 @@ from controller.topology import parse
 from controller.trimming import DEFAULT
 from host_agent.endpoint import Endpoint, EndpointConfig
 from host_agent.host import HostConfig
+from runplan.fabric import LINK_DELAY_S, FabricError, load, plan, preset, sim_scaling
+from runplan.run import RunConfig, Workload, endpoint_config
+from simulator.engine import sim_endpoints, train
 from switch_model import surface
 from switch_model.surface import SwitchTrimming
-from topologies.fabric import FabricError, load, plan, preset
-from topologies.runplan import RunConfig, Workload, endpoint_config
-from topologies.simulated import LINK_DELAY_S, sim_scaling
-from topologies.virtual import sim_endpoints, train
 
 INDEX = P4InfoIndex(
     load_p4info(Path(__file__).resolve().parent.parent / "p4src/build/forgive.p4info.txtpb")
 )
-ASYMMETRIC = Path(__file__).resolve().parent.parent / "topologies/fabrics/2to1-asymmetric.toml"
+ASYMMETRIC = Path(__file__).resolve().parent.parent / "runplan/fabrics/2to1-asymmetric.toml"
 FROM_TC = {
     "dscp_value": "from-tc",
     "tc_value": 5,

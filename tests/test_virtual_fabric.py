@@ -10,8 +10,8 @@ import pytest
 from host_agent.endpoint import EndpointConfig
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
-from topologies.collect import loss_record
-from topologies.virtual import star, train
+from runs.collect import loss_record
+from simulator.engine import star, train
 from workload.lossrecord import Layout, LossRecord
 from workload.plan import TrainingConfig, flow_step
 

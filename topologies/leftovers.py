@@ -23,7 +23,7 @@ from pathlib import Path
 
 LOCK_PATH = Path("/run/forgive-emulation.lock")
 INTERFACE = re.compile(r"(?:leaf|spine)\d+-eth\d+")
-"""Every switch port of every fabric of ours (topologies.fabric names switches so)."""
+"""Every switch port of every fabric of ours (runplan.fabric names switches so)."""
 SWITCH_PORT_ARG = re.compile(rf"^\d+[=@]{INTERFACE.pattern}$")
 """How a switch process of ours is told its ports: `-i 1=leaf1-eth1` or `-i 1@leaf1-eth1`."""
 TRAINER = "commands.train"

@@ -1,13 +1,13 @@
 """One emulated training run on a Mininet fabric of FORGIVE switches, start to teardown.
 
-`run_once` takes a `FabricRun` through its steps: build the network from a
-fabric plan (switch model or BMv2), configure every switch through the
-controller, start one `forgive-train` (training loop and host agent in one
-process) per host, sample the switches' counters while the steps run and
-watch every trainer and switch process, then collect the records into a
-RunResult. Whatever happens — success, a failing rank or switch, a timeout,
-Ctrl-C or SIGTERM — the trainers, switch processes and Mininet links are
-removed before it returns.
+`emulate` takes a `FabricRun` through its steps: build the network from a
+compiled run plan's fabric (switch model or BMv2), configure every switch
+through the controller, start one `forgive-train` (training loop and host
+agent in one process) per host, sample the switches' counters while the steps
+run and watch every trainer and switch process, and hand back what the
+switches counted (the sweep collects the records). Whatever happens — success,
+a failing rank or switch, a timeout, Ctrl-C or SIGTERM — the trainers, switch
+processes and Mininet links are removed before it returns.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from functools import partial
@@ -29,16 +29,22 @@ import grpc
 
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import parse as parse_description
+from runplan.run import EngineResult, RunConfig, RunError, RunPlan
 from switch_model.surface import PortCounters
-from topologies.collect import StepProgress, collect_run
 from topologies.leftovers import clear_leftovers, fabric_lock
 from topologies.processes import is_stopped, stop_process
-from topologies.progress import Progress, say
-from topologies.results import RunResult
-from topologies.runplan import RunConfig, RunError, plan_run
+from topologies.steps import StepProgress
 
 MTU = 9000
 SAMPLE_EVERY_S = 0.5
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _unwatched(done: int, trims: int) -> None:
+    """No one to tell how far the run is."""
 
 
 def require_root() -> None:
@@ -97,13 +103,20 @@ class FabricRun:
     Used as a context manager, `stop` runs on every exit.
     """
 
-    def __init__(self, config: RunConfig, out_dir: Path, label: str = "") -> None:
-        self.config = config
-        self.run_plan = plan_run(config, out_dir)
-        self.plan = self.run_plan.fabric
+    def __init__(
+        self,
+        run: RunPlan,
+        out_dir: Path,
+        on_progress: Callable[[int, int], None] = _unwatched,
+        say: Callable[[str], None] = _stderr,
+    ) -> None:
+        self.config = run.config
+        self.run_plan = run
+        self.plan = run.fabric
         self.out_dir = out_dir
         self.log_dir = out_dir / "logs"
-        self.label = label or f"{config.policy} seed {config.seed}"
+        self.on_progress = on_progress
+        self.say = say
         self.net = None
         self.controller = None
         self.trainers: dict[str, subprocess.Popen] = {}
@@ -181,8 +194,7 @@ class FabricRun:
     def run(self) -> None:
         """Sample the switches until every trainer has finished; fail at once, in one line,
         when a switch process or a rank dies, or the run outlasts its timeout."""
-        progress, steps = Progress(self.label, self.config.workload.steps), StepProgress()
-        self._stack.callback(progress.close)
+        steps = StepProgress()
         started = time.monotonic()
         deadline = started + self.config.timeout_s
         while True:
@@ -210,7 +222,7 @@ class FabricRun:
                     "ce_marks": sum(t["ce_marks"] for t in totals.values()),
                 }
             )
-            progress.update(steps.done(Path(e.train_file) for e in self.run_plan.hosts), trims)
+            self.on_progress(steps.done(Path(e.train_file) for e in self.run_plan.hosts), trims)
             time.sleep(SAMPLE_EVERY_S)
         self._check_switches()
         failed = {name: p.returncode for name, p in self.trainers.items() if p.returncode}
@@ -221,13 +233,11 @@ class FabricRun:
                 f"{_last_line(self.log_dir / f'{name}.log')} (logs in {self.log_dir})"
             )
         self.counters = self._totals()
-        progress.update(self.config.workload.steps, sum(t["trims"] for t in self.counters.values()))
 
-    def result(self) -> RunResult:
-        """What the run measured, from the records it left (after `run`)."""
-        result = collect_run(self.run_plan, self.counters, self.timeline)
-        result.switch_restarts = self.restarts
-        return result
+    def result(self) -> EngineResult:
+        """What the switches counted over the run (after `run`); the records are in the
+        plan's files."""
+        return EngineResult(self.counters, self.timeline, self.restarts)
 
     # -- watching the switches -------------------------------------------------------
 
@@ -265,7 +275,7 @@ class FabricRun:
                     "entries": reports[switch.name].inserted,
                 }
             )
-            say(
+            self.say(
                 f"forgive: switch {switch.name} exited with {_status(code)}; started again and "
                 f"configured ({reports[switch.name].inserted} entries) in "
                 f"{self.restarts[-1]['lost_s']:.1f} s"
@@ -337,20 +347,38 @@ class FabricRun:
         return totals
 
 
-def run_once(config: RunConfig, out_dir: Path, label: str = "") -> RunResult:
-    """Run one policy and seed on a fresh network; raises RunError when the run fails.
-    Whatever happens, the trainers, switches and links are gone when it returns."""
-    run = FabricRun(config, out_dir, label)  # compiles the plan: a bad config stops here
+def check(config: RunConfig) -> None:
+    """What the emulation needs beyond a valid configuration, refused in one RunError line
+    before any run starts: root and Mininet, and the BMv2 binaries where `--switch bmv2`
+    asks for them."""
+    if config.switch == "bmv2":
+        from topologies.switches import Bmv2Switch
+
+        reason = Bmv2Switch.missing()
+        if reason:
+            raise RunError(f"--switch bmv2: {reason}")
     require_root()
-    with sigterm_as_interrupt(), fabric_lock(lambda line: say(f"forgive: {line}")), run:
+
+
+def emulate(
+    run: RunPlan,
+    out_dir: Path,
+    on_progress: Callable[[int, int], None] = _unwatched,
+    say: Callable[[str], None] = _stderr,
+) -> EngineResult:
+    """Run one compiled run on a fresh network; raises RunError when the run fails.
+    Whatever happens, the trainers, switches and links are gone when it returns."""
+    check(run.config)
+    fabric = FabricRun(run, out_dir, on_progress, say)
+    with sigterm_as_interrupt(), fabric_lock(lambda line: say(f"forgive: {line}")), fabric:
         cleared = clear_leftovers()
         if cleared:
             say(f"forgive: removed what a killed run left behind: {', '.join(cleared)}")
-        run.build()
-        run.configure()
-        run.start()
-        run.run()
-    return run.result()
+        fabric.build()
+        fabric.configure()
+        fabric.start()
+        fabric.run()
+    return fabric.result()
 
 
 def _last_line(path: Path) -> str:

@@ -1,6 +1,6 @@
 """One host's part of a run plan: what its agent and its rank run, and where they write.
 
-`topologies.runplan.plan_run` makes one `HostEntry` per rank. The simulator
+`runplan.run.plan_run` makes one `HostEntry` per rank. The simulator
 builds its hosts and ranks from the entries directly; the Mininet runner hands
 each trainer process its entry as one JSON argument (`forgive-train --host`),
 which `from_json` reads back as it was, so both engines run the same

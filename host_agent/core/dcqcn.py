@@ -18,7 +18,7 @@ Rate-valued constants are applied as the same fraction of `line_rate_bps`;
 `time_scale` says how many times slower the emulation's clock runs than the
 fabric it stands for, and multiplies every period; the paper's byte counter is
 the bytes the link sends in the same time, so it scales with both. This is the
-emulation's one scaling rule (topologies/scaling.py).
+emulation's one scaling rule (runplan/scaling.py).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ every network round trip, with a small additive term once per round trip.
 
 Each constant is stated for one reference link (`reference_rate_bps`, the note's
 400 Gbps host link, over a network whose unloaded round trip is `network_rtt_s`) and
-scaled to the emulated link by the rule DcqcnParams follows (topologies/scaling.py):
+scaled to the emulated link by the rule DcqcnParams follows (runplan/scaling.py):
 every period is multiplied by `time_scale`, every byte quantity by
 line_rate / reference_rate * time_scale. The window itself is sized from the round
 trips the flow measures.

@@ -1,6 +1,7 @@
 """A soak: one long `forgive run`, every process of it sampled at every training step.
 
-    python -m topologies.soak --steps 200 --out docs/soak      (make soak; root: Mininet)
+    python tests/soak_harness.py --steps 200 --out docs/soak      (root: Mininet; make soak
+    runs it through tests/test_soak.py)
 
 The run goes as any other (`forgive run` in a process of its own, switch model by default);
 beside it this samples, four times a second, every process under it: the `forgive run`
@@ -39,10 +40,10 @@ from controller.client import SwitchClient
 from controller.entries import read_port_counters
 from controller.nic import bmv2_python_dir
 from controller.p4info import P4InfoIndex, load_p4info
+from runplan.fabric import plan
+from runs.options import add_regime_options, fabric_from, with_regime
 from switch_model import control
-from topologies.collect import StepProgress
-from topologies.fabric import plan
-from topologies.options import add_regime_options, fabric_from, with_regime
+from topologies.steps import StepProgress
 from topologies.switches import Bmv2Switch
 from workload.hostplan import HostEntry
 from workload.plan import plan_step
@@ -693,7 +694,7 @@ def soak(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m topologies.soak", description=__doc__.splitlines()[0]
+        prog="python tests/soak_harness.py", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--out", type=Path, default=Path("results/soak"))

@@ -3,18 +3,22 @@
 `RunConfig` describes a run: the fabric, the training job, the policy (and a
 companion job's), the seed, the DCQCN profile and congestion control, the
 engine. `plan_run` checks it (a bad one is one RunError line before anything
-starts) and compiles it: the fabric plan, and per rank a `HostEntry` holding
-its parsed policy, its endpoint's and its rank's configuration, and the files
-it writes. The simulator (`topologies.simulated`) builds its hosts and ranks
-from the entries; the Mininet runner (`topologies.runner`) hands each trainer
-process its entry as one JSON argument. Neither engine rebuilds a part of it.
+starts) and compiles it: the fabric plan, the links' delay on the engine's
+clock, and per rank a `HostEntry` holding its parsed policy, its endpoint's and
+its rank's configuration, and the files it writes. The sweep (`runs.sweep`)
+compiles it once and hands it to the engine: the simulator (`simulator.run`)
+builds its hosts and ranks from the entries; the Mininet runner
+(`topologies.runner`) hands each trainer process its entry as one JSON
+argument. Neither engine rebuilds a part of it; each gives back an
+`EngineResult`, which the sweep collects with the records the plan names.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from common.frames import mac_text
 from common.wire import DATA_FRAME_LEN
@@ -23,14 +27,15 @@ from controller.topology import switch_port_mac
 from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
 from host_agent.endpoint import EndpointConfig
 from host_agent.policies import DEFAULT_POLICY, parse_policy
-from topologies.fabric import FabricSpec, Host, Plan, plan
+from runplan.fabric import LINK_DELAY_S, FabricSpec, Host, Plan, plan
 from workload.hostplan import HostEntry
 from workload.plan import TrainingConfig
 
 TARGETS = ("model", "bmv2")
 PLACEMENTS = ("interleaved", "packed")
 ENGINES = ("mininet", "sim")
-"""Where a run happens: Mininet and real processes (root), or virtual time (topologies.simulated)."""
+"""Where a run happens: Mininet and real processes (root, `topologies`), or virtual time
+(`simulator`)."""
 
 
 class RunError(RuntimeError):
@@ -99,7 +104,7 @@ class RunConfig:
     counted in the result (RunResult.switch_restarts)."""
     jitter_frames: float = 0.0
     """Simulator only: the most a host's frame is late at its switch port, in full frames at
-    the host's line rate (topologies.virtual; 0, exact timing). It breaks the fixed phase
+    the host's line rate (simulator.engine; 0, exact timing). It breaks the fixed phase
     between equally paced senders that exact timing keeps and the emulation's late
     processes never do (docs/simulation.md, "Agreement with the emulation")."""
 
@@ -142,12 +147,6 @@ class RunConfig:
                 self.training_config(fabric_plan, rank=0, job=job).validate()
         except ValueError as err:
             raise RunError(str(err)) from None
-        if self.switch == "bmv2" and self.engine == "mininet":
-            from topologies.switches import Bmv2Switch
-
-            reason = Bmv2Switch.missing()
-            if reason:
-                raise RunError(f"--switch bmv2: {reason}")
         for artifact in (P4INFO, DEVICE_CONFIG):
             if not artifact.exists():
                 raise RunError(f"{artifact} is missing: run `make p4`")
@@ -202,6 +201,9 @@ class RunPlan:
 
     config: RunConfig
     fabric: Plan
+    link_delay_s: float
+    """Every link's propagation delay on the engine's clock: the fabric's (LINK_DELAY_S)
+    stretched by the time scale in virtual time; none on veths, which add their own."""
     jobs: list[tuple[str, list[Host]]]
     """(policy, hosts in rank order) of each job, as `RunConfig.jobs` gives them."""
     hosts: list[HostEntry]
@@ -211,11 +213,27 @@ class RunPlan:
     """Per host of the fabric, its agent's JSON-lines statistics."""
 
 
-def plan_run(config: RunConfig, out_dir: Path, link_delay_s: float = 0.0) -> RunPlan:
-    """Check `config` (RunError) and compile it; `link_delay_s` is each link's propagation
-    delay on the run's clock (the simulator's; none on veths). Every value is worked out
+@dataclass
+class EngineResult:
+    """What an engine measured beside the records the plan's files hold: the switches'
+    counters summed over their ports, their trims and marks sampled over the run, and (the
+    emulation's) every switch started again."""
+
+    counters: dict[str, dict[str, int]]
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    switch_restarts: list[dict[str, Any]] = field(default_factory=list)
+
+
+def link_delay(config: RunConfig) -> float:
+    """Each link's propagation delay on the engine's clock (RunPlan.link_delay_s)."""
+    return LINK_DELAY_S * config.fabric.scaling.time_scale if config.engine == "sim" else 0.0
+
+
+def plan_run(config: RunConfig, out_dir: Path) -> RunPlan:
+    """Check `config` (RunError) and compile it for its engine. Every value is worked out
     first and the entries made last, in one pass."""
     config.validate()
+    link_delay_s = link_delay(config)
     fabric_plan = plan(config.fabric)
     jobs = config.jobs(fabric_plan)
     train_files = {h.name: out_dir / f"{h.name}.train.jsonl" for h in fabric_plan.hosts}
@@ -226,7 +244,7 @@ def plan_run(config: RunConfig, out_dir: Path, link_delay_s: float = 0.0) -> Run
         for job, (_, hosts) in enumerate(jobs)
         for rank, host in enumerate(hosts)
     ]
-    run = RunPlan(config, fabric_plan, jobs, [], train_files, stats_files)
+    run = RunPlan(config, fabric_plan, link_delay_s, jobs, [], train_files, stats_files)
     run.hosts.extend(
         HostEntry(
             name=host.name,

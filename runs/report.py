@@ -1,7 +1,7 @@
 """A results folder: every run's record, the per-policy summary, the table and the plots.
 
-Kept apart from `topologies.results` (the records and the table) and
-`topologies.plots` (the figures), which know nothing of files or of each other
+Kept apart from `runs.results` (the records and the table) and
+`runs.plots` (the figures), which know nothing of files or of each other
 beyond the records, so that either can be rebuilt from a folder alone.
 """
 
@@ -12,8 +12,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from topologies.results import RunResult, compare, format_table
-from topologies.typed import RecordError
+from runs.results import RunResult, compare, format_table
+from runs.typed import RecordError
 
 
 class FolderError(ValueError):
@@ -44,7 +44,7 @@ def write_results(
     (folder / "summary.json").write_text(json.dumps(summary, indent=1))
     table = format_table(summary, order)
     (folder / "table.txt").write_text(table + "\n")
-    from topologies.plots import plot_all  # matplotlib only once there is something to plot
+    from runs.plots import plot_all  # matplotlib only once there is something to plot
 
     plot_all(folder, runs, order)
     return table

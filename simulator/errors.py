@@ -1,4 +1,4 @@
-"""The simulator's error, apart from the engine: `topologies.virtual` is compiled (common/native.py),
+"""The simulator's error, apart from the engine: `simulator.engine` is compiled (common/native.py),
 and a compiled class cannot derive from RuntimeError."""
 
 from __future__ import annotations

@@ -9,15 +9,14 @@ closing `agent` summary).
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from common import records
-from topologies.results import RunResult, StepResult
-from topologies.runplan import RunPlan
+from runplan.run import EngineResult, RunPlan
+from runs.results import RunResult, StepResult
 from workload.lossrecord import LossRecord, LossRecordError, StepClass, assemble
 
 ENGINE = "mininet"
@@ -43,51 +42,6 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
             yield json.loads(line)
         except json.JSONDecodeError:
             raise CollectError(f"{path}:{number}: not JSON") from None
-
-
-class StepProgress:
-    """The last step every rank has finished, from their training records as they grow.
-
-    Each look reads only what was appended since the last one, up to the last complete
-    line (a rank may be writing the next): the run's progress line and the soak's sampler
-    look many times a second at records of hundreds of steps.
-    """
-
-    def __init__(self) -> None:
-        self._read: dict[Path, tuple[int, int]] = {}
-        """Per record: bytes read so far (whole lines), the last step finished in them."""
-
-    def _last_step(self, path: Path) -> int:
-        offset, step = self._read.get(path, (0, 0))
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size < offset:
-                offset, step = 0, 0  # rewritten from the start: another run's record
-            f.seek(offset)
-            new = f.read()
-        whole = new[: new.rfind(b"\n") + 1]
-        for number, line in enumerate(whole.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise CollectError(f"{path}: line {number} after byte {offset}: not JSON") from None
-            if record.get(records.TYPE) == records.TRAIN_STEP:
-                step = max(step, record["step"])
-        self._read[path] = (offset + len(whole), step)
-        return step
-
-    def done(self, paths: Iterable[Path]) -> int:
-        """The last step finished in every one of `paths`; 0 while one does not exist yet."""
-        done = []
-        for path in paths:
-            try:
-                done.append(self._last_step(path))
-            except FileNotFoundError:
-                return 0
-            except OSError as err:
-                raise CollectError(f"cannot read {path}: {err.strerror}") from None
-        return min(done, default=0)
 
 
 def _steps(train: dict[str, list[dict[str, Any]]]) -> list[StepResult]:
@@ -264,11 +218,9 @@ def collect(
     )
 
 
-def collect_run(
-    run: RunPlan, counters: dict[str, dict[str, int]], timeline: list[dict[str, Any]]
-) -> RunResult:
+def collect_run(run: RunPlan, engine: EngineResult) -> RunResult:
     """The first job's RunResult, with the second job's (if any) as its companion; the
-    switches' counters and timeline are the whole fabric's in both."""
+    switches' counters, timeline and restarts are the whole fabric's in both."""
     config = run.config
     results = [
         collect(
@@ -278,12 +230,13 @@ def collect_run(
             time_scale=config.fabric.scaling.time_scale,
             train_files={h.name: run.train_files[h.name] for h in hosts},
             stats_files={h.name: run.stats_files[h.name] for h in hosts},
-            switch_counters=counters,
-            timeline=timeline,
+            switch_counters=engine.counters,
+            timeline=engine.timeline,
         )
         for policy, hosts in run.jobs
     ]
     first = results[0]
+    first.switch_restarts = engine.switch_restarts
     if len(results) > 1:
         first.companion = results[1].to_json()
     return first

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from host_agent.core.dcqcn import OFF
-from topologies.fabric import NicSettings
-from topologies.results import RunResult
-from topologies.runplan import RunConfig
-from topologies.typed import RecordError
+from runplan.fabric import NicSettings
+from runplan.run import RunConfig
+from runs.results import RunResult
+from runs.typed import RecordError
 
 CACHE_VERSION = 4
 """Raise it when what a run records changes, so that older runs are not taken for new ones."""
@@ -125,7 +125,7 @@ def run_cached(
             say(f"{labels[i]}: cached in {cache.folder(config)}")
             results[i] = cached
     if dask:
-        from topologies.sweep import on_dask
+        from runs.sweep import on_dask
 
         for j, result in on_dask(
             dask,

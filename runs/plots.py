@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from topologies.results import RunResult
+from runs.results import RunResult
 
 
 def _by_policy(

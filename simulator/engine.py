@@ -50,12 +50,12 @@ from controller.topology import Fabric, switch_port_mac
 from controller.topology import parse as parse_description
 from host_agent.host import Host, HostConfig
 from host_agent.stats import StatsLog
+from simulator.errors import SimulationError
 from switch_model.counters import CounterArrays
 from switch_model.pipeline import Pipeline
 from switch_model.port import EgressPort
 from switch_model.surface import load_pipeline
 from switch_model.tables import Forwarding, TableStore
-from topologies.sim_errors import SimulationError
 from workload.plan import TrainingConfig
 from workload.rank import Rank
 

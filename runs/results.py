@@ -2,8 +2,8 @@
 
 The runner fills `RunResult` from the agents' JSON lines and the switches'
 counters; everything here works on those records alone, so a table (or, in
-`topologies.plots`, a plot) can be rebuilt from a results folder without
-rerunning anything. `topologies.report` writes and reads that folder.
+`runs.plots`, a plot) can be rebuilt from a results folder without
+rerunning anything. `runs.report` writes and reads that folder.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from topologies.typed import from_doc
+from runs.typed import from_doc
 
 BASELINE = "tight"
 
@@ -66,7 +66,7 @@ class RunResult:
     timeline: list[dict[str, Any]] = field(default_factory=list)
     """Samples over the run: time and cumulative trims and CE marks over all switches."""
     accounting: dict[str, int] = field(default_factory=dict)
-    """Totals that must add up across hosts and switches (see topologies.collect)."""
+    """Totals that must add up across hosts and switches (see runs.collect)."""
     loss: dict[str, Any] | None = None
     """The run's loss record (workload.lossrecord, schema in docs/impact.md); None in older results."""
     trim_drops: int = 0
@@ -140,7 +140,7 @@ class RunResult:
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "run") -> RunResult:
-        """The record `to_json` wrote, every field checked (topologies.typed.RecordError)."""
+        """The record `to_json` wrote, every field checked (runs.typed.RecordError)."""
         return from_doc(cls, doc, where, ignore=frozenset({"metrics"}))
 
 

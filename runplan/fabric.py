@@ -53,10 +53,17 @@ from controller.p4info import ConfigError
 from controller.topology import MAX_RATE_BPS, Fabric
 from controller.topology import parse as parse_description
 from controller.trimming import Trimming
+from runplan.scaling import FABRIC_HOST_LINK_BPS, Scaling, ScalingError
 from switch_model.surface import PMAX_ONE, Thresholds
-from topologies.scaling import Scaling, ScalingError
 from workload.plan import MAX_RANKS
 
+DEFAULT_BYTE_SCALE = 64.0
+"""Bytes divided by this when the simulator runs a fabric at its own rates: the note's 64-rank,
+20-step job then runs within 10 minutes on one core here (benchmarks/bench_sim.py measures it)."""
+LINK_DELAY_S = 1e-6
+"""Propagation delay of every link at fabric scale (a few hundred metres of fibre and a
+switch's port-to-port latency); stretched by the time scale like every other duration. The
+simulator models it; the emulation's veths have their own."""
 MAX_FILE_BYTES = 1 << 20
 """A fabric file is a few lines; one this long is read no further than this."""
 
@@ -219,6 +226,18 @@ def with_data_queue(spec: FabricSpec, data_queue_bytes: int) -> FabricSpec:
 def with_scaling(spec: FabricSpec, scaling: Scaling) -> FabricSpec:
     """`spec` shrunk by another scaling, checked again (its queues must still fit)."""
     return _check(replace(spec, scaling=scaling))
+
+
+def sim_scaling(
+    spec: FabricSpec, host_link_mbps: float | None = None, byte_scale: float | None = None
+) -> FabricSpec:
+    """`spec` as the simulator runs it: at its own rates and DEFAULT_BYTE_SCALE, unless told
+    otherwise (the fabric file's [emulation] section is the emulation's, not the simulator's)."""
+    scaling = Scaling(
+        host_link_bps=FABRIC_HOST_LINK_BPS if host_link_mbps is None else host_link_mbps * 1e6,
+        byte_scale=DEFAULT_BYTE_SCALE if byte_scale is None else byte_scale,
+    )
+    return with_scaling(spec, scaling)
 
 
 _TOP_KEYS = {"name", "leaves", "spines", "hosts_per_leaf", "host_link_gbps", "spine_link_gbps"}

@@ -15,18 +15,33 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from topologies.results import RunResult
-from topologies.runner import run_once
-from topologies.runplan import RunConfig, RunError
+from runplan.run import RunConfig, RunError, plan_run
+from runs.collect import collect_run
+from runs.progress import Progress, say
+from runs.results import RunResult
+from topologies import runner
 
 
-def run_one(config: RunConfig, out_dir: Path, label: str, tty: bool | None = None) -> RunResult:
-    """One run on the configuration's engine."""
-    if config.engine == "sim":
-        from topologies.simulated import run_simulated
+def run_one(
+    config: RunConfig, out_dir: Path, label: str = "", tty: bool | None = None
+) -> RunResult:
+    """One run: compiled once, handed to its engine, collected from the records it left."""
+    run = plan_run(config, out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress = Progress(label or f"{config.policy} seed {config.seed}", config.workload.steps)
+    if tty is not None:
+        progress.tty = tty
+    try:
+        if config.engine == "sim":
+            from simulator.run import simulate
 
-        return run_simulated(config, out_dir, label, tty=tty)
-    return run_once(config, out_dir, label)
+            engine = simulate(run, progress.update, label)
+        else:
+            engine = runner.emulate(run, out_dir, progress.update, say)
+        progress.update(config.workload.steps, sum(c["trims"] for c in engine.counters.values()))
+    finally:
+        progress.close()
+    return collect_run(run, engine)
 
 
 def run_all(

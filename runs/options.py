@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from host_agent.core import DEFAULT_PROFILE, StaticSchedule
-from topologies.fabric import (
+from runplan.fabric import (
     DCQCN_STATES,
     WINDOWS,
     FabricError,
@@ -21,11 +21,11 @@ from topologies.fabric import (
     NicSettings,
     load,
     preset,
+    sim_scaling,
     with_data_queue,
     with_scaling,
 )
-from topologies.scaling import Scaling, ScalingError
-from topologies.simulated import sim_scaling
+from runplan.scaling import Scaling, ScalingError
 
 
 def fabric_from(
