@@ -4,15 +4,21 @@ PYTHON ?= /usr/bin/python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the project needs at run time and in its tests.
-APT_PACKAGES := python3-venv python3-dev gcc mininet bridge-utils iperf3 tcpdump ethtool iproute2 python3-thrift iputils-ping chromium chromium-driver
+APT_PACKAGES := python3-venv python3-dev gcc mininet bridge-utils iperf3 tcpdump ethtool iproute2 python3-thrift iputils-ping chromium chromium-driver tshark
+# wireshark-common (tshark's) asks whether non-root users may capture; answered no, so the
+# install never stops for a question (root captures either way).
+APT_PRESEED := wireshark-common wireshark-common/install-setuid boolean false
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
+# The FORGIVE dissector where Wireshark and tshark load personal Lua plugins from (`tshark -G
+# folders`), so `tshark -r capture` decodes the FTH with no flag (docs/protocol.md).
+WIRESHARK_PLUGIN := $(HOME)/.local/lib/wireshark/plugins/forgive.lua
 
 .PHONY: setup run test soak lint format bench bench-agent bench-bmv2 bench-switch clean p4 p4-nic p4-tna ptf
 
 # The hot modules compiled by mypyc into build/native (common/native.py): rebuilt
 # here whenever one of their sources changed, a no-op otherwise; FORGIVE_PURE=1 runs without.
-setup: $(STAMP_PIP)
+setup: $(STAMP_PIP) $(WIRESHARK_PLUGIN)
 	@$(BIN)/python -W ignore::RuntimeWarning -c 'from common.native import build; build()'
 
 $(STAMP_APT): Makefile
@@ -20,10 +26,14 @@ $(STAMP_APT): Makefile
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	    echo "installing Debian packages:" $$missing; \
+	    echo "$(APT_PRESEED)" | debconf-set-selections; \
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv --system-site-packages $(VENV)
 	@touch $@
+
+$(WIRESHARK_PLUGIN): wireshark/forgive.lua
+	install -D -m 644 $< $@
 
 $(STAMP_PIP): $(STAMP_APT) pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
