@@ -9,7 +9,6 @@ never takes a lock.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
@@ -179,8 +178,13 @@ class TableStore:
         return entry
 
     def clone(self) -> TableStore:
-        """A copy to apply an all-or-nothing batch to."""
-        twin = copy.copy(self)
+        """A copy to apply an all-or-nothing batch to.
+
+        Built through `__init__`, not `copy.copy`: compiled, this is a mypyc native class,
+        and copy and pickle rebuild one by calling `__init__` with no arguments, which fails
+        for a class whose `__init__` takes some (common.native: what compiled classes
+        keep to)."""
+        twin = TableStore(self.pipe)
         twin.entries = {tid: dict(rows) for tid, rows in self.entries.items()}
         twin.defaults = dict(self.defaults)
         return twin

@@ -142,20 +142,37 @@ def test_write_errors_are_reported_per_update(server, client):
     assert len(entities) == 2, "CONTINUE_ON_ERROR keeps the update that succeeded"
 
 
-def test_rollback_on_error_applies_nothing(server, client):
+def test_rollback_on_error_applies_nothing(server, client, caplog):
+    """Three good updates and one bad: P4Runtime rolls the batch back, the bad update with
+    its own code and every good one ABORTED. On the compiled build the store's copy for the
+    batch once failed in the handler (gRPC's UNKNOWN, no details, a traceback in the log)."""
+    too_wide = route(0x0A000004, 1)
+    too_wide.match[0].lpm.value = b"\x01" * 5  # 40 bits for a 32-bit field
     request = p4runtime_pb2.WriteRequest(
         device_id=1,
         election_id=p4runtime_pb2.Uint128(low=10),
         atomicity=p4runtime_pb2.WriteRequest.ROLLBACK_ON_ERROR,
         updates=[
-            update(_Update.INSERT, route(0x0A000005, 1)),
-            update(_Update.DELETE, route(0x0A000006, 1)),
+            update(_Update.INSERT, route(0x0A000001, 1)),
+            update(_Update.INSERT, route(0x0A000002, 1)),
+            update(_Update.INSERT, route(0x0A000003, 2)),
+            update(_Update.INSERT, too_wide),
         ],
     )
-    with pytest.raises(grpc.RpcError) as err:
-        client.stub.Write(request)
+    with caplog.at_level(logging.DEBUG), pytest.raises(grpc.RpcError) as err:
+        client.stub.Write(request, timeout=5)
     assert err.value.code() == grpc.StatusCode.UNKNOWN
+    codes = []
+    for packed in status_of(err.value).details:
+        error = p4runtime_pb2.Error()
+        assert packed.Unpack(error)
+        codes.append(code_pb2.Code.Name(error.canonical_code))
+    assert codes == ["ABORTED", "ABORTED", "ABORTED", "OUT_OF_RANGE"]
+    assert err.value.details().startswith("4 of 4 updates failed; first: update 0: ABORTED")
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
     assert client.read([p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())]) == []
+    client.write(request.updates[:3])  # the store the batch was tried on is still the one used
+    assert len(client.read([p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())])) == 3
 
 
 @pytest.mark.parametrize(
