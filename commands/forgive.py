@@ -36,7 +36,15 @@ from runs.options import (
     with_regime,
 )
 from runs.progress import say
-from runs.report import FolderError, writable_folder, write_results
+from runs.report import (
+    COMPLETE,
+    FolderError,
+    clear_earlier_run,
+    named,
+    results_folder,
+    writable_folder,
+    write_results,
+)
 from runs.sweep import run_all, run_one
 from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock
 from topologies.runner import check as check_emulation
@@ -157,6 +165,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "a switch that exits ends the run)",
     )
     parser.add_argument("--out", type=Path, help="results folder")
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the earlier run a results folder holds (refused otherwise)",
+    )
     add_regime_options(parser)
 
 
@@ -229,6 +242,24 @@ def _describe(config: RunConfig) -> str:
     )
 
 
+def _cut_short(out: Path, err: OSError, during_runs: bool) -> str:
+    """The one line for a run that could not write its results folder (a full disk): the
+    folder, the error, and what the folder holds after it. Result files are written whole
+    (runs.atomic) and `COMPLETE` last, so none is ever part-written; a run's own records,
+    written as it goes, are whole only for the runs that finished."""
+    where = f" ({err.filename})" if err.filename else ""
+    kept = (
+        "the runs that finished are whole, a run under way is not"
+        if during_runs
+        else "the files written before are whole"
+    )
+    return (
+        f"results folder {out}: {err.strerror or err}{where} "
+        f"{'during the runs' if during_runs else 'writing the results'}; "
+        f"cut short (no {COMPLETE}): {kept}"
+    )
+
+
 def clean() -> int:
     """As `mn -c` for Mininet: a run killed outright cannot tear its fabric down, and
     `forgive run` clears such leftovers itself; this does it on demand, never under a
@@ -295,16 +326,23 @@ def main(argv: list[str] | None = None) -> int:
             raise RunError(f"--workers must be >= 1, got {workers}")
         if (workers > 1 or dask) and args.engine != "sim":
             raise RunError("--workers and --dask need --engine sim (emulations share one host)")
-        out = writable_folder(
+        out = results_folder(
             args.out
             or Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{configs[0].fabric.name}",
             "--out" if args.out else "results folder",
+            args.replace,
         )
         if getattr(args, "cache", None) is not None:
             writable_folder(args.cache, "--cache")
     except (FabricError, RunError, FolderError) as err:
         print(f"forgive: {err}", file=sys.stderr)
         return 2
+    removed = clear_earlier_run(out)
+    if removed:
+        print(
+            f"forgive: --replace: removed the earlier run from {out} ({named(removed)})",
+            file=sys.stderr,
+        )
     print(_describe(configs[0]), file=sys.stderr)
     try:
         if getattr(args, "cache", None) is not None:
@@ -321,10 +359,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("forgive: interrupted; network torn down", file=sys.stderr)
         return 130
+    except OSError as err:  # a full disk, in the engine's records or a run's own files
+        print(f"forgive: {_cut_short(out, err, during_runs=True)}", file=sys.stderr)
+        return 1
     try:
         table = write_results(out, runs, order=policies)
     except OSError as err:
-        print(f"forgive: writing the results to {out}: {err.strerror or err}", file=sys.stderr)
+        print(f"forgive: {_cut_short(out, err, during_runs=False)}", file=sys.stderr)
         return 1
     print(table)
     print(f"\nresults: {out} (runs.json, summary.json, table.txt, *.png)", file=sys.stderr)

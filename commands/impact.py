@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     from impact.experiment import ImpactError, choose_runs, run
     from impact.report import write
-    from runs.report import read_runs, writable_folder
+    from runs.report import IMPACT, RUNS, read_runs, writable_folder
 
     try:
         seeds = tuple(int(s) for s in args.seeds.split(",") if s)
@@ -75,11 +75,11 @@ def main(args: argparse.Namespace) -> int:
             threads=args.threads,
         )
         config.validate()
-        if not (args.results / "runs.json").is_file():
-            raise ImpactError(f"{args.results} has no runs.json (not a forgive results folder)")
+        if not (args.results / RUNS).is_file():
+            raise ImpactError(f"{args.results} has no {RUNS} (not a forgive results folder)")
         runs = read_runs(args.results)
         replays = choose_runs(runs, args.policy, config.seeds)
-        out = writable_folder(args.out or args.results / "impact", "--out")
+        out = writable_folder(args.out or args.results / IMPACT, "--out")
     except (ValueError, TypeError, KeyError, ImpactError, OSError) as err:
         print(f"forgive impact: {err}", file=sys.stderr)
         return 2

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
@@ -23,6 +22,8 @@ from typing import Any
 from host_agent.core.dcqcn import OFF
 from runplan.fabric import NicSettings
 from runplan.run import RunConfig
+from runs.atomic import write_whole
+from runs.report import run_folder
 from runs.results import RunResult
 from runs.typed import RecordError
 
@@ -87,10 +88,8 @@ class RunCache:
     def put(self, config: RunConfig, result: RunResult) -> None:
         folder = self.folder(config)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / CONFIG).write_text(json.dumps(config_doc(config), indent=1, sort_keys=True))
-        tmp = folder / f".{RESULT}.tmp"
-        tmp.write_text(json.dumps(result.to_json()))
-        os.replace(tmp, folder / RESULT)
+        write_whole(folder / CONFIG, json.dumps(config_doc(config), indent=1, sort_keys=True))
+        write_whole(folder / RESULT, json.dumps(result.to_json()))
 
 
 Runner = Callable[..., RunResult]
@@ -163,7 +162,7 @@ def link_runs(out: Path, configs: Sequence[RunConfig], cache: RunCache) -> None:
     """`out/<policy>-seed<n>` as a link to each run's cache folder: a results folder's layout."""
     out.mkdir(parents=True, exist_ok=True)
     for config in configs:
-        link = out / f"{config.policy}-seed{config.seed}"
+        link = run_folder(out, config.policy, config.seed)
         if link.is_symlink() or link.exists():
             if not link.is_symlink():
                 continue  # a real folder of an earlier run: leave it

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from runs.atomic import written_whole
 from runs.results import RunResult
 
 
@@ -38,8 +39,11 @@ def save_figure(fig, path: Path) -> None:
     """Every plot of the project (runs, study, impact) laid out and saved at one resolution,
     its figure closed (pyplot keeps every open one alive)."""
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with written_whole(path) as tmp:  # never half a PNG (runs.atomic)
+            fig.savefig(tmp, dpi=110, format=path.suffix.lstrip(".") or "png")
+    finally:
+        plt.close(fig)
 
 
 def plot_step_times(
@@ -111,14 +115,11 @@ def plot_trims(path: Path, runs: Sequence[RunResult], order: Sequence[str] | Non
 
 
 def plot_all(
-    folder: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None
-) -> list[Path]:
-    paths = [
-        folder / "step_times.png",
-        folder / "forgiven_vs_budget.png",
-        folder / "trims_over_time.png",
-    ]
-    plot_step_times(paths[0], runs, order)
-    plot_forgiveness(paths[1], runs, order)
-    plot_trims(paths[2], runs, order)
-    return paths
+    paths: Sequence[Path], runs: Sequence[RunResult], order: Sequence[str] | None = None
+) -> None:
+    """The results folder's three figures, to the paths its writer names (runs.report.PLOTS):
+    step times, forgiveness against the budget, trims over time."""
+    step_times, forgiveness, trims = paths
+    plot_step_times(step_times, runs, order)
+    plot_forgiveness(forgiveness, runs, order)
+    plot_trims(trims, runs, order)

@@ -18,6 +18,7 @@ from pathlib import Path
 from runplan.run import RunConfig, RunError, plan_run
 from runs.collect import collect_run
 from runs.progress import Progress, say
+from runs.report import run_folder
 from runs.results import RunResult
 from topologies import runner
 
@@ -49,7 +50,7 @@ def run_all(
 ) -> list[RunResult]:
     """Every configuration's result, in order; RunError names the first run that failed."""
     labels = [f"[{i}/{len(configs)}] {c.policy} seed {c.seed}" for i, c in enumerate(configs, 1)]
-    dirs = [out / f"{c.policy}-seed{c.seed}" for c in configs]
+    dirs = [run_folder(out, c.policy, c.seed) for c in configs]
     if dask:
         results: list[RunResult | None] = [None] * len(configs)
         for i, result in on_dask(dask, run_one, configs, dirs, labels):

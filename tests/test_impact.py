@@ -39,6 +39,7 @@ from impact.masks import (  # noqa: E402
 )
 from impact.report import write  # noqa: E402
 from impact.ring import RENORMALISE, ZERO_FILL, Ring  # noqa: E402
+from runs.report import COMPLETE, RUNS  # noqa: E402
 from runs.results import RunResult, StepResult  # noqa: E402
 from workload.lossrecord import (  # noqa: E402
     ALL_GATHER,
@@ -231,6 +232,12 @@ def run_result(seed, record, policy="forgive"):
                      bound_violations=0, loss=record.to_json())  # fmt: skip
 
 
+def finished(folder, text: str, encoding: str = "utf-8") -> None:
+    """A results folder as a finished `forgive run` leaves it: runs.json, then the mark."""
+    (folder / RUNS).write_text(text, encoding=encoding)
+    (folder / COMPLETE).write_text("{}")
+
+
 def test_runs_are_chosen_per_seed_and_in_turn():
     rec = small_record()
     runs = [run_result(1, rec), run_result(2, rec), run_result(1, rec, "shed")]
@@ -284,7 +291,7 @@ def test_a_tiny_replay_produces_every_comparison_and_output(tmp_path):
 
 def test_the_cli_replays_a_results_folder_and_refuses_bad_input(tmp_path, capsys):
     rec = small_record()
-    (tmp_path / "runs.json").write_text(json.dumps([run_result(1, rec).to_json()]))
+    finished(tmp_path, json.dumps([run_result(1, rec).to_json()]))
     args = ["impact", str(tmp_path), "--hidden", "8", "--batch", "8", "--seeds", "1",
             "--drift-steps", "6", "--burn-in", "2"]  # fmt: skip
     assert cli.main(args) == 0
@@ -308,7 +315,7 @@ def test_a_run_whose_every_step_is_critical_replays_without_the_recorded_drift(t
     averages over non-critical steps, is left out and said to be, the rest is replayed."""
     rec = small_record()
     rec.steps = [StepClass(c.step, True, P_LOW) for c in rec.steps]
-    (tmp_path / "runs.json").write_text(json.dumps([run_result(1, rec).to_json()]))
+    finished(tmp_path, json.dumps([run_result(1, rec).to_json()]))
     args = ["impact", str(tmp_path), "--hidden", "8", "--batch", "8", "--seeds", "1",
             "--drift-steps", "6", "--burn-in", "2"]  # fmt: skip
     assert cli.main(args) == 0
@@ -352,7 +359,7 @@ def _deep(depth):
     ids=["nested-100000-deep", "a-number", "an-empty-object", "not-a-list", "not-utf8", "not-json"],
 )
 def test_the_cli_refuses_a_malformed_runs_json_in_one_line(tmp_path, capsys, text, message):
-    (tmp_path / "runs.json").write_text(text, encoding="latin-1")
+    finished(tmp_path, text, encoding="latin-1")
     assert cli.main(["impact", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
@@ -373,7 +380,7 @@ def test_the_cli_refuses_a_run_whose_figures_are_not_what_they_claim(
     tmp_path, capsys, change, message
 ):
     doc = {**run_result(1, small_record()).to_json(), **change}
-    (tmp_path / "runs.json").write_text(json.dumps([doc]))
+    finished(tmp_path, json.dumps([doc]))
     assert cli.main(["impact", str(tmp_path), *TINY_ARGS]) == 2  # tiny: were it trained on
     err = capsys.readouterr().err
     assert message in err and "run 1" in err and len(err.strip().splitlines()) == 1, err
@@ -382,6 +389,6 @@ def test_the_cli_refuses_a_run_whose_figures_are_not_what_they_claim(
 def test_a_step_of_the_wrong_shape_is_named_by_its_place(tmp_path, capsys):
     doc = run_result(1, small_record()).to_json()
     doc["steps"][2]["allreduce_s"] = [1.0, "x"]
-    (tmp_path / "runs.json").write_text(json.dumps([doc]))
+    finished(tmp_path, json.dumps([doc]))
     assert cli.main(["impact", str(tmp_path), *TINY_ARGS]) == 2
     assert "run 1.steps[2].allreduce_s[1]: expected a number" in capsys.readouterr().err
