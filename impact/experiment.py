@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from host_agent.core import AccordionDetector, StaticSchedule
+from host_agent.core import AccordionDetector
 from host_agent.policies import DEFAULT_POLICY, P_HIGH, P_LOW
 from impact.config import ImpactConfig, ModelSpec
 from impact.drift import (
@@ -182,18 +182,20 @@ def drift_summary(
 
 
 def detector_replay(norms: Sequence[float], record: LossRecord) -> dict[str, Any]:
-    """Accordion over the training's gradient norms against the static schedule, step by step.
+    """Accordion over the training's gradient norms against the run's own schedule, step by
+    step: the steps the run classified critical, as its record says (a run made with
+    `--critical-steps` has its own, not the note's default).
 
-    Cost: a step Accordion calls non-critical where the schedule says critical
+    Cost: a step Accordion calls non-critical where the run's schedule says critical
     gets the budget of P_high instead of P_low; one it calls critical loses the
     forgiveness the run had there beyond P_low. Forgiven bytes on a newly
     non-critical step are estimated at the run's mean rate on non-critical steps.
     """
     steps = record.layout.steps
-    static = StaticSchedule.of(steps, ())
+    run_critical = {c.step: c.critical for c in record.steps}
     accordion = AccordionDetector()
     ours = [classify(accordion, list(norms), s) for s in range(1, steps + 1)]
-    theirs = [static.classify(s) for s in range(1, steps + 1)]
+    theirs = [run_critical[s] for s in range(1, steps + 1)]
     step_bytes = record.layout.step_bytes()
     quiet = [record.step_rate(s) for s in range(1, steps + 1) if not theirs[s - 1]]
     usual = sum(quiet) / len(quiet) if quiet else 0.0
@@ -212,7 +214,7 @@ def detector_replay(norms: Sequence[float], record: LossRecord) -> dict[str, Any
     return {
         "norms": list(norms),
         "accordion_critical": [s for s in range(1, steps + 1) if ours[s - 1]],
-        "static_critical": [s for s in range(1, steps + 1) if theirs[s - 1]],
+        "run_critical": [s for s in range(1, steps + 1) if theirs[s - 1]],
         "differ": differ,
         "missed": [s for s in differ if theirs[s - 1]],
         "budget_change_bytes": budget,

@@ -225,7 +225,7 @@ def detector_lines(results: Results) -> list[str]:
     )
     return [
         "Accordion (threshold 0.5, every step) over the lossless training's gradient norms, "
-        f"against the static schedule {first['static_critical']}: {per_seed}.",
+        f"against the run's own critical steps {first['run_critical']}: {per_seed}.",
         f"Steps classified differently: {range_cell(differ, '{:.0f}')} of {len(first['norms'])}. "
         f"Loss budget change: {range_cell(budget, '{:+.2f}')} % of the run's gradient bytes; "
         f"forgiven bytes, estimated from the run's rates: {range_cell(forgiven, '{:+.2f}')} %.",

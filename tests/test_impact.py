@@ -211,7 +211,7 @@ def test_detector_replay_counts_and_costs_the_disagreements():
     rec = small_record()
     norms = [10.0, 4.0, 3.9, 3.8, 3.8, 3.8]  # the fall after step 1 ends the critical regime
     out = detector_replay(norms, rec)
-    assert out["static_critical"] == [1, 2, 3, 6]
+    assert out["run_critical"] == [1, 2, 3, 6]
     # step s is classified from the norm of s - 1: 10 -> 4 is a 60 % change, 4 -> 3.9 is not
     assert out["accordion_critical"] == [1, 2, 3]
     assert out["differ"] == [6] and out["missed"] == [6]
@@ -219,6 +219,30 @@ def test_detector_replay_counts_and_costs_the_disagreements():
     assert out["budget_change_bytes"] == pytest.approx((P_HIGH - P_LOW) * step_bytes)
     usual = (rec.step_rate(4) + rec.step_rate(5)) / 2
     assert out["forgiven_change_bytes"] == pytest.approx(usual * step_bytes)
+
+
+def critical_only_at_1(steps=6) -> LossRecord:
+    """small_record as a run made with `--critical-steps 1` records it: step 1 critical."""
+    rec = small_record(steps)
+    rec.steps = [
+        StepClass(c.step, c.step == 1, P_LOW if c.step == 1 else P_HIGH) for c in rec.steps
+    ]
+    return rec
+
+
+def test_detector_replay_measures_against_the_runs_own_schedule():
+    """A run made with --critical-steps 1: Accordion's steps 2 and 3 are critical where the
+    run's were not, so the budget shrinks by two steps' worth; the note's default schedule
+    (1, 2, 3, 6) would have put the difference on step 6 and grown it instead."""
+    rec = critical_only_at_1()
+    out = detector_replay([10.0, 4.0, 3.9, 3.8, 3.8, 3.8], rec)
+    assert out["run_critical"] == [1]
+    assert out["accordion_critical"] == [1, 2, 3]
+    assert out["differ"] == [2, 3] and out["missed"] == []
+    step_bytes = rec.layout.step_bytes()
+    assert out["budget_change_bytes"] == pytest.approx(-2 * (P_HIGH - P_LOW) * step_bytes)
+    lost = sum(max(rec.step_rate(s) - P_LOW, 0.0) for s in (2, 3))
+    assert out["forgiven_change_bytes"] == pytest.approx(-lost * step_bytes)
 
 
 def run_result(seed, record, policy="forgive"):
@@ -326,6 +350,16 @@ def test_a_run_whose_every_step_is_critical_replays_without_the_recorded_drift(t
     assert doc["drift_table"]["recorded"]["measured"] == []
     assert doc["drift_table"]["independent"]["measured"]  # the other arms still measured
     assert "every step of the run is critical" in (tmp_path / "impact" / "table.txt").read_text()
+
+
+def test_the_cli_names_the_runs_own_critical_steps(tmp_path, capsys):
+    finished(tmp_path, json.dumps([run_result(1, critical_only_at_1()).to_json()]))
+    assert cli.main(["impact", str(tmp_path), *TINY_ARGS]) == 0
+    table = (tmp_path / "impact" / "table.txt").read_text()
+    assert "against the run's own critical steps [1]:" in table
+    assert json.loads((tmp_path / "impact" / "impact.json").read_text())["detector"]["1"][
+        "run_critical"
+    ] == [1]
 
 
 TINY_ARGS = [
