@@ -42,6 +42,7 @@ Every error names the file and the key, in one line, before anything starts.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -66,6 +67,9 @@ switch's port-to-port latency); stretched by the time scale like every other dur
 simulator models it; the emulation's veths have their own."""
 MAX_FILE_BYTES = 1 << 20
 """A fabric file is a few lines; one this long is read no further than this."""
+NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
+"""A fabric's name: a short identifier, since it becomes part of a results folder's name
+(`results/<time>-<name>`), where a `/` or `..` would put the results elsewhere."""
 
 
 class FabricError(ValueError):
@@ -142,6 +146,8 @@ PRESETS: dict[str, FabricSpec] = {
 
 
 def _check(spec: FabricSpec) -> FabricSpec:
+    if not (isinstance(spec.name, str) and NAME.fullmatch(spec.name)):
+        raise FabricError(f"name must be 1 to 40 letters, digits, '-' or '_', got {spec.name!r}")
     for key in ("leaves", "hosts_per_leaf"):
         if getattr(spec, key) < 1:
             raise FabricError(f"{key} must be >= 1, got {getattr(spec, key)}")
@@ -269,7 +275,7 @@ def parse(doc: dict[str, Any]) -> FabricSpec:
     missing = {"leaves", "spines", "hosts_per_leaf"} - set(doc)
     if missing:
         raise FabricError(f"missing key(s) {', '.join(sorted(missing))}")
-    top: dict[str, Any] = {"name": str(doc.get("name", "custom"))}
+    top: dict[str, Any] = {"name": doc.get("name", "custom")}
     for key in ("leaves", "spines", "hosts_per_leaf"):
         top[key] = _typed(doc, key, int, "")
     for key in ("host_link_gbps", "spine_link_gbps"):

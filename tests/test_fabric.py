@@ -118,6 +118,18 @@ def test_fabric_file_round_trip(tmp_path):
         ),
         ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", r"not TOML \(nested too deep\)"),
         (
+            "name = 5\nleaves = 2\nspines = 1\nhosts_per_leaf = 2\n",
+            "name must be 1 to 40 letters.*got 5",
+        ),
+        (
+            'name = "../../etc"\nleaves = 2\nspines = 1\nhosts_per_leaf = 2\n',
+            r"name must be .* got '\.\./\.\./etc'",
+        ),
+        ('name = ""\nleaves = 2\nspines = 1\nhosts_per_leaf = 2\n', "name must be"),
+        ('name = "a b"\nleaves = 2\nspines = 1\nhosts_per_leaf = 2\n', "name must be"),
+        ('name = "' + "x" * 41 + '"\nleaves = 2\nspines = 1\nhosts_per_leaf = 2\n', "name must be"),
+        ('name = "fa\\u00efl"\nleaves = 2\nspines = 1\nhosts_per_leaf = 2\n', "name must be"),
+        (
             "leaves = 2\nspines = 1\nhosts_per_leaf = 2\n[switch]\ndata_queue_bytes = 10000000000000\n",
             "refused by the controller: thresholds.data_queue_bytes must be an integer in 0..",
         ),
