@@ -104,12 +104,14 @@ def _defined_in(module: str, name: str | None = None) -> str | None:
 
 def driven(path) -> set[str]:
     """The compiled modules a test module imports from (by where each name is defined)."""
+    packages = {m.partition(".")[0] for m in native.COMPILED}  # nothing else is imported
     found = set()
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Import):
-            found |= {_defined_in(a.name) for a in node.names}
+            found |= {_defined_in(a.name) for a in node.names if a.name.split(".")[0] in packages}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found |= {_defined_in(node.module, a.name) for a in node.names}
+            if node.module.split(".")[0] in packages:
+                found |= {_defined_in(node.module, a.name) for a in node.names}
     return found & (set(native.COMPILED) - {CONSTANTS_ONLY})
 
 
