@@ -109,9 +109,9 @@ def driven(path) -> set[str]:
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Import):
             found |= {_defined_in(a.name) for a in node.names if a.name.split(".")[0] in packages}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            if node.module.split(".")[0] in packages:
-                found |= {_defined_in(node.module, a.name) for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            ours = node.module.split(".")[0] in packages
+            found |= {_defined_in(node.module, a.name) for a in node.names if ours}
     return found & (set(native.COMPILED) - {CONSTANTS_ONLY})
 
 
