@@ -32,7 +32,7 @@ from runs.options import (
     critical_from,
     dcqcn_profile,
     fabric_from,
-    tp_phase,
+    job_regime,
     with_regime,
 )
 from runs.progress import say
@@ -184,8 +184,8 @@ def _workload(args: argparse.Namespace):
         "tp_group": args.tp_group,
         "pp_bytes": None if args.pp_mib is None else round(args.pp_mib * 2**20),
         "compute_s": None if args.compute_ms is None else args.compute_ms / 1e3,
-        "tp_phase": tp_phase(args),
         "critical": critical_from(args, args.steps or JOBS[args.job].steps) or None,
+        **job_regime(args),
     }
     return replace(
         JOBS[args.job],

@@ -39,7 +39,7 @@ from runs.options import (
     critical_from,
     dcqcn_profile,
     fabric_from,
-    tp_phase,
+    job_regime,
     with_regime,
 )
 from runs.progress import say
@@ -237,8 +237,8 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
         workload=replace(
             JOBS[job],
             steps=args.steps,
-            tp_phase=tp_phase(args) or "own",
             critical=critical_from(args, args.steps),
+            **job_regime(args),
         ),
         seeds=seeds,
         baseline_seeds=baseline,
@@ -445,6 +445,11 @@ def main(args: argparse.Namespace) -> int:
         "profile": getattr(args, "profile", None),
         "nic": asdict(setup.worst.nic),
         "tp_phase": setup.workload.tp_phase,
+        **{
+            key: getattr(setup.workload, key)
+            for key in ("splits", "active_splits", "completion")
+            if getattr(setup.workload, key) != getattr(Workload, key)
+        },
         "data_queue_bytes": setup.worst.switch.data_queue_bytes,
         "dcqcn": setup.dcqcn,
         **({"cc": sorted({v.cc for v in variants})} if name == "note" else {}),

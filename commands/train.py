@@ -96,7 +96,9 @@ def arguments() -> argparse.ArgumentParser:
 def agent_config(entry: HostEntry) -> AgentConfig:
     """The raw-socket agent of a run plan's host entry: its endpoint on the host's
     interface, every frame to the leaf port it hangs off."""
-    host = HostConfig(ip=entry.ip, endpoint=entry.endpoint, gateway_mac=entry.gateway_mac)
+    host = HostConfig(
+        ip=entry.ip, endpoint=entry.endpoint, gateway_mac=entry.gateway_mac, spray=entry.spray
+    )
     return AgentConfig(iface=entry.iface, host=host, stats_path=entry.stats_file)
 
 

@@ -186,6 +186,11 @@ class EndpointConfig:
     """Keep DCQCN's state per peer and traffic class across messages, as a NIC's QP does."""
     payload_bytes: int = field(default=PACKET_BYTES, metadata=_about("DATA bytes per packet"))
     """The most DATA bytes per packet."""
+    cnp_per_mark: bool = field(
+        default=False, metadata=_about("a CNP for every marked packet, not the profile's pacing")
+    )
+    """The notification point answers every CE mark with a CNP (cnp_interval 0), as ns-3's
+    receiver flags every ACK of a marked packet; False: the DCQCN profile's pacing."""
 
     def validate(self) -> None:
         """Raise ValueError on the first bad setting."""
@@ -336,7 +341,10 @@ class Endpoint:
                 seed=config.seed,
                 vesting=self.policy.vesting,
                 exemption=self.policy.exemption,
-                **dcqcn.receiver_fields(),
+                **{
+                    **dcqcn.receiver_fields(),
+                    **({"cnp_interval": 0.0} if config.cnp_per_mark else {}),
+                },
             )
         )
         cc = (

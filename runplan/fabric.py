@@ -24,6 +24,8 @@ queue, ECN from 800 KB) and shrunk by one `Scaling`. A fabric file is TOML:
     window = "none"             # or "bdp": a bandwidth-delay-product window per flow
     dcqcn_state = "message"     # or "qp": DCQCN state per peer and class, across messages
     payload_bytes = 4096        # DATA bytes per packet (ASTRA-sim's ns-3 runs 1000)
+    paths = "spray"             # or "message": one source port, so one ECMP path, per message
+    cnp = "paced"               # or "per-mark": a CNP for every marked packet
 
     [trimming]                  # all optional: controller.trimming has every key
     size = 58
@@ -86,6 +88,8 @@ class SwitchSettings:
 
 WINDOWS = ("none", "bdp")
 DCQCN_STATES = ("message", "qp")
+PATHS = ("spray", "message")
+CNPS = ("paced", "per-mark")
 ECN_FRACTIONS = (800_000 / (4 << 20), 3_200_000 / (4 << 20))
 """The note's marking thresholds as fractions of its 4 MiB data queue."""
 
@@ -104,6 +108,17 @@ class NicSettings:
     messages (a NIC's QP, NCCL's connections)."""
     payload_bytes: int = PACKET_BYTES
     """DATA bytes per packet; not byte-scaled (ns-3's PACKET_PAYLOAD_SIZE is 1000)."""
+    paths: str = "spray"
+    """"spray": a new UDP source port, so a new ECMP hash, per packet (the note's fabric sprays);
+    "message": one source port per message, so every packet of it takes one path, as
+    ASTRA-sim's `send_flow` opens each message on a fresh port (astra-sim
+    network_frontend/ns3/entry.h, `portNumber[src][dst]++`) and ns-3's switches hash the
+    5-tuple (switch-node.cc, `GetOutDev`)."""
+    cnp: str = "paced"
+    """"paced": the profile's notification point (a CNP at most every 4 us under the nic
+    profile, docs/dcqcn.md); "per-mark": a CNP for every marked packet, as ns-3's receiver sets
+    the CNP flag on the ACK of every marked packet it acknowledges (rdma-hw.cc `ReceiveUdp`,
+    every packet ACKed at L2_ACK_INTERVAL 1)."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +191,10 @@ def _check(spec: FabricSpec) -> FabricSpec:
         raise FabricError(
             f"[nic] dcqcn_state must be one of {', '.join(DCQCN_STATES)}, got {nic.dcqcn_state!r}"
         )
+    if nic.paths not in PATHS:
+        raise FabricError(f"[nic] paths must be one of {', '.join(PATHS)}, got {nic.paths!r}")
+    if nic.cnp not in CNPS:
+        raise FabricError(f"[nic] cnp must be one of {', '.join(CNPS)}, got {nic.cnp!r}")
     if not 1 <= nic.payload_bytes <= PACKET_BYTES:
         raise FabricError(
             f"[nic] payload_bytes must lie in 1..{PACKET_BYTES}, got {nic.payload_bytes}"
@@ -248,7 +267,7 @@ def sim_scaling(
 
 _TOP_KEYS = {"name", "leaves", "spines", "hosts_per_leaf", "host_link_gbps", "spine_link_gbps"}
 _SECTIONS = {"switch", "emulation", "trimming", "nic"}
-_NIC_KEYS = {"window": str, "dcqcn_state": str, "payload_bytes": int}
+_NIC_KEYS = {"window": str, "dcqcn_state": str, "payload_bytes": int, "paths": str, "cnp": str}
 _SWITCH_KEYS = {"data_queue_bytes", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax"}
 _EMULATION_KEYS = {"host_link_mbps", "byte_scale"}
 

@@ -64,6 +64,12 @@ class Workload:
     tp_phase: str = "own"
     """Tensor-parallel traffic in its own phase before the all-reduce, or overlapping it
     (TrainingConfig.tp_phase)."""
+    splits: int = 1
+    """The all-reduce in this many parts, each its own ring (TrainingConfig.splits)."""
+    active_splits: int = 1
+    """Parts of the all-reduce running at once (TrainingConfig.active_splits)."""
+    completion: str = "receiver"
+    """When a ring message counts as received (TrainingConfig.completion)."""
 
 
 JOBS: dict[str, Workload] = {
@@ -136,6 +142,12 @@ class RunConfig:
             raise RunError(
                 "--jitter needs --engine sim (the emulation's hosts are late by themselves)"
             )
+        if self.workload.completion == "sender-ack" and self.engine != "sim":
+            raise RunError(
+                "--completion sender-ack needs --engine sim: it is ASTRA-sim's frontend telling "
+                "a receiver of its sender's last ACK at once, which only an engine that sees "
+                "both ends can do"
+            )
         if self.companion is not None and self.fabric.host_count < 4:
             raise RunError("a second job needs a fabric of at least 4 hosts (2 per job)")
         try:
@@ -171,6 +183,9 @@ class RunConfig:
             critical=wl.critical,
             misclassify=wl.misclassify,
             tp_phase=wl.tp_phase,
+            splits=wl.splits,
+            active_splits=wl.active_splits,
+            completion=wl.completion,
             seed=self.seed,
         )
 
@@ -255,6 +270,7 @@ def plan_run(config: RunConfig, out_dir: Path) -> RunPlan:
             train_file=str(train_files[host.name]),
             stats_file=str(stats_files[host.name]),
             timeout_s=config.timeout_s,
+            spray=config.fabric.nic.paths == "spray",
         )
         for job, host, training in ranks
     )
@@ -283,6 +299,7 @@ def endpoint_config(
         window_bytes=bdp_bytes(fabric_plan, link_delay_s) if nic.window == "bdp" else 0.0,
         qp_state=nic.dcqcn_state == "qp",
         payload_bytes=nic.payload_bytes,
+        cnp_per_mark=nic.cnp == "per-mark",
     )
 
 

@@ -33,6 +33,15 @@ NSCC_VERSION = 2
 """Raise it when what an NSCC run records changes and a DCQCN run's does not: only NSCC
 runs carry it, so DCQCN runs keep their keys (2: the ACK that completes a flow is its
 window's sample, 7f546ae)."""
+LATER_SETTINGS = (
+    (("workload",), "splits", 1),
+    (("workload",), "active_splits", 1),
+    (("workload",), "completion", "receiver"),
+    (("fabric", "nic"), "paths", "spray"),
+    (("fabric", "nic"), "cnp", "paced"),
+)
+"""Settings added after runs were cached, with the default those runs ran: a run at the
+default keeps the key it had before the setting existed."""
 RESULT = "result.json"
 CONFIG = "config.json"
 
@@ -51,6 +60,12 @@ def config_doc(config: RunConfig) -> dict[str, Any]:
         doc["workload"].pop("critical")  # nor do runs on the note's schedule
     if not doc["jitter_frames"]:
         doc.pop("jitter_frames")  # nor do runs in exact timing
+    for path, key, default in LATER_SETTINGS:
+        section = doc
+        for name in path:
+            section = section[name]
+        if section[key] == default:
+            section.pop(key)  # nor do runs that leave a later setting at its default
     if doc["dcqcn"] == OFF and "cc" not in doc:
         # congestion control off: every flow at the line rate whatever its QP, so DCQCN
         # state per QP runs what state per message runs (tests/test_sender_options.py)

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from host_agent.core import DEFAULT_PROFILE, StaticSchedule
 from runplan.fabric import (
+    CNPS,
     DCQCN_STATES,
+    PATHS,
     WINDOWS,
     FabricError,
     FabricSpec,
@@ -62,7 +64,7 @@ def fabric_from(
         raise FabricError(f"{' '.join(given)}: {err}") from None
 
 
-NIC_OPTIONS = (("window", WINDOWS), ("dcqcn_state", DCQCN_STATES))
+NIC_OPTIONS = (("window", WINDOWS), ("dcqcn_state", DCQCN_STATES), ("paths", PATHS), ("cnp", CNPS))
 """The [nic] settings a command line may override, with their values."""
 
 REGIME_PROFILES: dict[str, dict[str, str | float]] = {
@@ -121,6 +123,16 @@ def add_regime_options(parser: argparse.ArgumentParser) -> None:
         "--payload-bytes", type=int, help="DATA bytes per packet (default 4096; ns-3 runs 1000)"
     )
     parser.add_argument(
+        "--paths",
+        help="ECMP path entropy: a new source port per packet (spray, default) or one per "
+        "message (message: ASTRA-sim's ns-3)",
+    )
+    parser.add_argument(
+        "--cnp",
+        help="notification point: the profile's pacing (paced, default) or a CNP for every "
+        "marked packet (per-mark: ns-3's CNP flag on every ACK)",
+    )
+    parser.add_argument(
         "--data-queue-kib",
         type=float,
         help="data queue per port at fabric scale, KiB (default 4096); marking keeps the "
@@ -130,6 +142,28 @@ def add_regime_options(parser: argparse.ArgumentParser) -> None:
         "--tp-phase",
         help="tensor-parallel traffic in its own phase (own, default) or overlapping the "
         "all-reduce (overlap)",
+    )
+    parser.add_argument(
+        "--allreduce-splits",
+        dest="splits",
+        type=int,
+        metavar="P",
+        help="the all-reduce in P parts, each its own ring (default 1; ASTRA-sim's "
+        "preferred-dataset-splits, 4 in its Ring.json)",
+    )
+    parser.add_argument(
+        "--active-splits",
+        dest="active_splits",
+        type=int,
+        metavar="A",
+        help="parts of the all-reduce running at once (default 1; ASTRA-sim's "
+        "active-chunks-per-dimension)",
+    )
+    parser.add_argument(
+        "--completion",
+        help="a ring message is received when its receiver holds its bytes (receiver, "
+        "default) or once its sender has its last ACK (sender-ack: ASTRA-sim's ns-3 "
+        "frontend; --engine sim)",
     )
     add_schedule_option(parser)
 
@@ -155,6 +189,40 @@ def tp_phase(args: argparse.Namespace) -> str | None:
     return value
 
 
+def job_regime(args: argparse.Namespace) -> dict[str, str | int]:
+    """The job's regime options (JOB_SETTINGS) given on the command line, each over its
+    --profile's, as Workload fields; those neither gives are left out. A bad value is a
+    FabricError in one line naming the option."""
+    from workload.plan import COMPLETIONS
+
+    profile = regime_profile(args)
+    out: dict[str, str | int] = {}
+    phase = tp_phase(args)
+    if phase is not None:
+        out["tp_phase"] = phase
+    for key in ("splits", "active_splits"):
+        value = getattr(args, key, None)
+        value = profile.get(key) if value is None else value
+        if value is None:
+            continue
+        if not isinstance(value, int) or value < 1:
+            raise FabricError(f"--{_option(key)} must be an integer >= 1, got {value!r}")
+        out[key] = value
+    completion = getattr(args, "completion", None) or profile.get("completion")
+    if completion is not None:
+        if completion not in COMPLETIONS:
+            raise FabricError(
+                f"--completion must be one of {', '.join(COMPLETIONS)}, got {completion!r}"
+            )
+        out["completion"] = str(completion)
+    return out
+
+
+def _option(key: str) -> str:
+    """A setting's command-line name (splits is --allreduce-splits)."""
+    return "allreduce-splits" if key == "splits" else key.replace("_", "-")
+
+
 def critical_from(args: argparse.Namespace, steps: int) -> tuple[int, ...]:
     """The --critical-steps given, as StaticSchedule.of keeps them: sorted, or () for the
     note's schedule, given or not (the same runs, under the same cache keys). A bad list, an
@@ -175,7 +243,7 @@ def critical_from(args: argparse.Namespace, steps: int) -> tuple[int, ...]:
         raise outside from None
 
 
-REGIME_SETTINGS = ("window", "dcqcn_state", "payload_bytes", "data_queue_kib")
+REGIME_SETTINGS = ("window", "dcqcn_state", "paths", "cnp", "payload_bytes", "data_queue_kib")
 """The fabric's regime options, as REGIME_PROFILES and the command line name them; a
 profile's dcqcn is the run's, not the fabric's (dcqcn_profile)."""
 

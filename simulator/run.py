@@ -60,7 +60,7 @@ def simulate(
             Job(
                 first.training,
                 [index[e.name] for e in entries],
-                HostConfig(endpoint=first.endpoint),
+                HostConfig(endpoint=first.endpoint, spray=first.spray),
             )
         )
     timeline: list[dict] = []

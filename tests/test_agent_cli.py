@@ -58,13 +58,13 @@ def test_every_endpoint_setting_has_a_flag_with_the_fields_default():
     given = ["--policy", "dcqcn", "--seed", "3", "--line-rate", "1e9", "--rto", "0.02"]
     given += ["--rto-max", "0.4", "--max-timeouts", "4", "--time-scale", "2", "--no-payload"]
     given += ["--ack-every", "2", "--trim-dscp", "host=3", "--dcqcn", "nic", "--cc", "nscc"]
-    given += ["--window-bytes", "9000", "--qp-state", "--payload-bytes", "1000"]
+    given += ["--window-bytes", "9000", "--qp-state", "--payload-bytes", "1000", "--cnp-per-mark"]
     got = config_from(parser.parse_args(["--iface", "lo", *given])).host.endpoint
     assert got == EndpointConfig.from_dict(
         {"policy": "dcqcn", "seed": 3, "line_rate_bps": 1e9, "rto": 0.02, "rto_max": 0.4,
          "max_timeouts": 4, "time_scale": 2.0, "keep_payload": False, "ack_every": 2,
          "trim_locations": {"3": "host"}, "dcqcn": "nic", "cc": "nscc", "window_bytes": 9000.0,
-         "qp_state": True, "payload_bytes": 1000}
+         "qp_state": True, "payload_bytes": 1000, "cnp_per_mark": True}
     )  # fmt: skip
     same = [
         f.name for f in fields(EndpointConfig) if getattr(got, f.name) == getattr(default, f.name)

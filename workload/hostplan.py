@@ -25,6 +25,7 @@ _KINDS: dict[str, type | tuple[type, ...]] = {
     "train_file": str,
     "stats_file": str,
     "timeout_s": (int, float),
+    "spray": bool,
 }
 _KEYS = tuple(_KINDS)
 """The keys of an entry's JSON object, each with the JSON type its value must have."""
@@ -47,6 +48,8 @@ class HostEntry:
     """The host's JSON-lines statistics."""
     timeout_s: float
     """How long the rank may run before it gives up."""
+    spray: bool = True
+    """A new UDP source port per packet (HostConfig.spray); False: one per message."""
 
     @property
     def iface(self) -> str:
@@ -67,6 +70,7 @@ class HostEntry:
                 "train_file": self.train_file,
                 "stats_file": self.stats_file,
                 "timeout_s": self.timeout_s,
+                "spray": self.spray,
             }
         )
 
@@ -82,7 +86,9 @@ class HostEntry:
         if set(values) != set(_KEYS):
             raise ValueError(f"host entry must hold exactly {', '.join(_KEYS)}")
         for key, kind in _KINDS.items():
-            if not isinstance(values[key], kind) or isinstance(values[key], bool):
+            if not isinstance(values[key], kind) or (
+                kind is not bool and isinstance(values[key], bool)
+            ):
                 raise ValueError(f"host entry: {key} = {values[key]!r} is not {kind}")
         return cls(
             name=values["name"],
@@ -93,4 +99,5 @@ class HostEntry:
             train_file=values["train_file"],
             stats_file=values["stats_file"],
             timeout_s=float(values["timeout_s"]),
+            spray=values["spray"],
         )

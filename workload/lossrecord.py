@@ -130,8 +130,9 @@ class Layout:
 class LossEntry:
     """One gradient flow that lost bytes: its place in the ring and the ranges it went without.
 
-    Ranges are [lo, hi) byte offsets within the flow's message, which is the
-    whole chunk: add the chunk's offset for the position in the rank's buffer.
+    Ranges are [lo, hi) byte offsets within the chunk (the flow's message is the whole
+    chunk, or its part's piece of it when the all-reduce is split: TrainingConfig.splits):
+    add the chunk's offset for the position in the rank's buffer.
     """
 
     step: int
@@ -142,6 +143,9 @@ class LossEntry:
     chunk: int
     flow: int
     ranges: tuple[tuple[int, int, str], ...]
+    split: int = 0
+    """The part of a split all-reduce the flow carried; written only when not 0, so a run
+    whose all-reduce is not split records what it always did."""
 
     @property
     def lost_bytes(self) -> int:
@@ -157,6 +161,7 @@ class LossEntry:
             "chunk": self.chunk,
             "flow": self.flow,
             "ranges": [list(r) for r in self.ranges],
+            **({"split": self.split} if self.split else {}),
         }
 
     @classmethod
@@ -198,7 +203,10 @@ class LossEntry:
             if ranges and lo < ranges[-1][1]:
                 raise LossRecordError(f"step {step}: ranges overlap or are out of order")
             ranges.append((lo, hi, state))
-        return cls(step, src, dst, phase, ring_step, chunk, _int(doc, "flow", 0), tuple(ranges))
+        split = _int(doc, "split", 0) if "split" in doc else 0
+        return cls(
+            step, src, dst, phase, ring_step, chunk, _int(doc, "flow", 0), tuple(ranges), split
+        )
 
 
 def may_lose(msg: Message | None) -> TypeGuard[Message]:
@@ -216,10 +224,13 @@ def entry_from_completion(
     """
     if not may_lose(msg):
         return None
+    at = msg.offset
     if event.get("shed"):
-        ranges = [(0, msg.size, SHED)] if msg.size else []
+        ranges = [(at, at + msg.size, SHED)] if msg.size else []
     else:
-        ranges = [(int(lo), int(hi), FORGIVEN) for lo, hi in event.get("forgiven_ranges", ())]
+        ranges = [
+            (at + int(lo), at + int(hi), FORGIVEN) for lo, hi in event.get("forgiven_ranges", ())
+        ]
     if not ranges:
         return None
     layout = Layout.of(cfg)
@@ -233,6 +244,7 @@ def entry_from_completion(
         chunk=layout.chunk(msg.src, msg.phase),
         flow=msg.flow,
         ranges=tuple(ranges),
+        split=msg.split,
     )
 
 
@@ -289,10 +301,11 @@ class LossRecord:
         entries = [LossEntry.from_json(e, layout) for e in doc.get("entries") or []]
         seen = set()
         for e in entries:
-            key = (e.step, e.src, e.phase, e.ring_step)
+            key = (e.step, e.src, e.phase, e.ring_step, e.split)
             if key in seen:
                 raise LossRecordError(
                     f"step {e.step}: two entries for rank {e.src}'s {e.phase} step {e.ring_step}"
+                    + (f" of part {e.split}" if e.split else "")
                 )
             seen.add(key)
         return cls(layout, sorted(steps, key=lambda s: s.step), entries, str(doc.get("engine", "")))
@@ -325,5 +338,7 @@ def assemble(
         }
     )
     layout = record.layout
-    record.entries.sort(key=lambda e: (e.step, layout.phase_index(e.phase, e.ring_step), e.src))
+    record.entries.sort(
+        key=lambda e: (e.step, layout.phase_index(e.phase, e.ring_step), e.src, e.split)
+    )
     return record

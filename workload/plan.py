@@ -41,6 +41,9 @@ BARRIER_BYTES = 64
 
 
 TP_PHASES = ("own", "overlap")
+COMPLETIONS = ("receiver", "sender-ack")
+"""When a ring message counts as received: when its receiver holds its bytes, or when its
+sender has the ACK of its last byte (TrainingConfig.completion)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,20 @@ class TrainingConfig:
     """'own': the all-reduce starts once the compute phase and its TP/PP traffic are done;
     'overlap': it starts with them (gradients ready layer by layer in the backward pass), and
     the step's barrier waits for both."""
+    splits: int = 1
+    """The all-reduce split into this many parts of the gradient, each its own ring of
+    2 (n - 1) messages of a part over n, as ASTRA-sim's system layer splits a collective
+    (`preferred-dataset-splits`, 4 in its shipped Ring.json). Part k of the ring carries the
+    k-th piece of every ring chunk, so a chunk's bytes stay where the loss record puts them."""
+    active_splits: int = 1
+    """How many of those rings run at once: part k starts once part k - active_splits is done
+    at this rank (ASTRA-sim's `active-chunks-per-dimension`, 1 in Ring.json)."""
+    completion: str = "receiver"
+    """'receiver': a ring message is received when its receiver holds its bytes (settled by
+    arrival or forgiveness); 'sender-ack': only once its sender also has the ACK of its last
+    byte, which is when ASTRA-sim's ns-3 frontend tells the receiver (its `qp_finish` calls
+    both sides' handlers), so each ring step waits about an ACK's trip back. Only an engine
+    that can tell a rank of its peer's completion offers it: the simulator."""
     detector: str = "static"
     """'static' (steps 1, 2, 3 and the last are critical) or 'accordion' (synthetic norms)."""
     critical: tuple[int, ...] = ()
@@ -138,8 +155,21 @@ class TrainingConfig:
             raise ValueError(f"rank {self.rank} outside 0..{n - 1}")
         if not 1 <= self.steps < MAX_STEPS:
             raise ValueError(f"steps must lie in 1..{MAX_STEPS - 1}")
-        if self.grad_bytes < n:
-            raise ValueError("grad_bytes must give every ring chunk at least one byte")
+        if not self.splits >= 1 or 2 * (n - 1) * self.splits > 1 << _INDEX_BITS:
+            raise ValueError(
+                f"splits must lie in 1..{(1 << _INDEX_BITS) // (2 * (n - 1))} for {n} ranks "
+                f"(2 (n - 1) messages per split in a step), got {self.splits}"
+            )
+        if not 1 <= self.active_splits <= self.splits:
+            raise ValueError(
+                f"active_splits must lie in 1..splits ({self.splits}), got {self.active_splits}"
+            )
+        if self.grad_bytes < n * self.splits:
+            raise ValueError("grad_bytes must give every ring chunk's piece at least one byte")
+        if self.completion not in COMPLETIONS:
+            raise ValueError(
+                f"completion must be one of {', '.join(COMPLETIONS)}, got {self.completion!r}"
+            )
         if not 2 <= self.tp_group <= 1 << _INDEX_BITS:
             raise ValueError(f"tp_group must lie in 2..{1 << _INDEX_BITS}, got {self.tp_group}")
         if self.compute_s < 0 or self.tp_bytes < 0 or self.pp_bytes < 0:
@@ -213,6 +243,10 @@ class Message:
     kind: Kind
     phase: int = 0
     """Ring phase for gradient chunks (0 .. 2(n-1)-1), else 0."""
+    split: int = 0
+    """Which part of a split all-reduce a gradient message carries (TrainingConfig.splits)."""
+    offset: int = 0
+    """Where a gradient message's bytes start within its ring chunk: its part's piece."""
 
     @property
     def traffic_class(self) -> str:
@@ -257,21 +291,29 @@ def ring_chunk(rank: int, phase: int, n: int) -> int:
 
 
 def gradient_messages(cfg: TrainingConfig, step: int, src: int) -> list[Message]:
-    """The ring all-reduce messages `src` sends on `step`, in phase order."""
+    """The ring all-reduce messages `src` sends on `step`: part by part (TrainingConfig.splits),
+    each part's in phase order. Part k carries the k-th piece of each ring chunk."""
     n = len(cfg.ranks)
-    sizes = chunk_sizes(cfg.grad_bytes, n)
+    pieces = [chunk_bounds(size, cfg.splits) for size in chunk_sizes(cfg.grad_bytes, n)]
     dst = ring_next(src, n)
-    return [
-        Message(
-            flow_id(step, Kind.GRADIENT, src, j),
-            src,
-            dst,
-            sizes[ring_chunk(src, j, n)],
-            Kind.GRADIENT,
-            j,
-        )
-        for j in range(2 * (n - 1))
-    ]
+    phases = 2 * (n - 1)
+    out = []
+    for k in range(cfg.splits):
+        for j in range(phases):
+            offset, size = pieces[ring_chunk(src, j, n)][k]
+            out.append(
+                Message(
+                    flow_id(step, Kind.GRADIENT, src, k * phases + j),
+                    src,
+                    dst,
+                    size,
+                    Kind.GRADIENT,
+                    j,
+                    k,
+                    offset,
+                )
+            )
+    return out
 
 
 def compute_messages(

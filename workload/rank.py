@@ -146,6 +146,10 @@ class Rank:
         """Burst messages of forgotten steps: the run's end still waits for them."""
         self.forgotten_below = 0
         """Steps below this one are forgotten (`_forget`)."""
+        self.on_sent: Callable[[Message, float], None] | None = None
+        """Called with each gradient message this rank has sent whole (its last ACK in) under
+        the 'sender-ack' completion: how an engine that sees both ends tells the receiving
+        rank (`peer_acked`), as ASTRA-sim's frontend does."""
 
     # ----- the driver's interface ----------------------------------------------------
 
@@ -179,6 +183,10 @@ class Rank:
             self._settle(("recv", event.flow), now)
         elif isinstance(event, SendDone):
             self.sent[event.flow] = event
+            if self.on_sent is not None:
+                msg = self.messages.get(event.flow)
+                if msg is not None and msg.kind == Kind.GRADIENT:
+                    self.on_sent(msg, now)
             self._settle(("send", event.flow), now)
         elif isinstance(event, Shed):
             (self.sent if event.sending else self.received)[event.flow] = event
@@ -354,18 +362,56 @@ class Rank:
             self._when(needs, lambda t: self._start_allreduce(step, t), now)
 
     def _start_allreduce(self, step: int, now: float) -> None:
+        """The ring, part by part (TrainingConfig.splits): within a part a rank forwards a
+        message once the one before it in the ring is received; part k starts once part
+        k - active_splits is done here (every message of it sent and received)."""
         plan = self._plan(step)
         self.marks["allreduce"] = now
         for msg in plan.burst_sends:
             self._send(msg, step, now)
-        sends = plan.gradient_sends
-        self._send(sends[0], step, now)
-        for prev, nxt in zip(plan.gradient_recvs, sends[1:], strict=False):
-            self._when(_recvs([prev]), partial(self._send, nxt, step), now)
-        needs = [*_recvs(plan.gradient_recvs), *_sends(sends)]
-        if self.cfg.tp_phase == "overlap":
+        cfg = self.cfg
+        phases = 2 * (len(cfg.ranks) - 1)
+        received = self._received
+        parts = [
+            (
+                plan.gradient_sends[k * phases : (k + 1) * phases],
+                plan.gradient_recvs[k * phases : (k + 1) * phases],
+            )
+            for k in range(cfg.splits)
+        ]
+        for k, (sends, recvs) in enumerate(parts):
+            if k < cfg.active_splits:
+                self._send(sends[0], step, now)
+            else:
+                before_sends, before_recvs = parts[k - cfg.active_splits]
+                self._when(
+                    [*received(before_recvs), *_sends(before_sends)],
+                    partial(self._send, sends[0], step),
+                    now,
+                )
+            for prev, nxt in zip(recvs, sends[1:], strict=False):
+                self._when(received([prev]), partial(self._send, nxt, step), now)
+        needs = [*received(plan.gradient_recvs), *_sends(plan.gradient_sends)]
+        if cfg.tp_phase == "overlap":
             needs.append(("compute-done", step))
         self._when(needs, lambda t: self._allreduce_done(step, t), now)
+
+    def _received(self, msgs: Iterable[Message]) -> list[Token]:
+        """What a ring message's receipt waits for: its bytes here, and under the
+        'sender-ack' completion its sender's last ACK too (`peer_acked`)."""
+        msgs = list(msgs)
+        tokens = _recvs(msgs)
+        if self.cfg.completion == "sender-ack":
+            tokens += [("acked", m.flow) for m in msgs]
+        return tokens
+
+    def peer_acked(self, flow: int, now: float) -> None:
+        """The sender of `flow`, a ring message to this rank, has the ACK of its last byte:
+        told by an engine that sees both ends (the simulator), for the 'sender-ack'
+        completion. One for a step already forgotten is ignored."""
+        if self.finished or flow_step(flow) < self.forgotten_below:
+            return
+        self._settle(("acked", flow), now)
 
     def _allreduce_done(self, step: int, now: float) -> None:
         self.marks["barrier"] = now
@@ -456,7 +502,7 @@ class Rank:
                 self.messages.pop(msg.flow, None)
                 self.received.pop(msg.flow, None)
                 self.sent.pop(msg.flow, None)
-                self._unsettle((("recv", msg.flow), ("send", msg.flow)))
+                self._unsettle((("recv", msg.flow), ("send", msg.flow), ("acked", msg.flow)))
         self._unsettle((("compute", step), ("compute-done", step)))
         self.critical.pop(step, None)
         self.forgotten_below = step + 1
