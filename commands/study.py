@@ -29,6 +29,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from commands import study_astra
 from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
 from runplan.fabric import FabricError
 from runplan.run import ENGINES, JOBS, RunConfig, RunError, Workload
@@ -98,6 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"{', '.join(v.name for v in calibrate.VARIANTS)})",
     )
     _register_regime(which)
+    study_astra.register(which)
 
 
 def _shared_options(p: argparse.ArgumentParser, name: str) -> None:
@@ -417,6 +419,8 @@ def main_regime(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.study == "regime":
         return main_regime(args)
+    if args.study == "astra":
+        return study_astra.main(args)
     try:
         setup, variants = setup_from(args)
         planned = plan(setup, variants)
@@ -447,7 +451,7 @@ def main(args: argparse.Namespace) -> int:
         "tp_phase": setup.workload.tp_phase,
         **{
             key: getattr(setup.workload, key)
-            for key in ("splits", "active_splits", "completion")
+            for key in ("splits", "active_splits", "completion", "reduce_bytes_per_s")
             if getattr(setup.workload, key) != getattr(Workload, key)
         },
         "data_queue_bytes": setup.worst.switch.data_queue_bytes,

@@ -70,6 +70,9 @@ class Workload:
     """Parts of the all-reduce running at once (TrainingConfig.active_splits)."""
     completion: str = "receiver"
     """When a ring message counts as received (TrainingConfig.completion)."""
+    reduce_bytes_per_s: float = 0.0
+    """The reduction rate of a reduce-scatter message at fabric scale (bytes/s; 0: at once;
+    TrainingConfig.reduce_bytes_per_s)."""
 
 
 JOBS: dict[str, Workload] = {
@@ -186,6 +189,7 @@ class RunConfig:
             splits=wl.splits,
             active_splits=wl.active_splits,
             completion=wl.completion,
+            reduce_bytes_per_s=wl.reduce_bytes_per_s / sc.rate_scale,
             seed=self.seed,
         )
 

@@ -37,6 +37,7 @@ LATER_SETTINGS = (
     (("workload",), "splits", 1),
     (("workload",), "active_splits", 1),
     (("workload",), "completion", "receiver"),
+    (("workload",), "reduce_bytes_per_s", 0.0),
     (("fabric", "nic"), "paths", "spray"),
     (("fabric", "nic"), "cnp", "paced"),
 )

@@ -67,7 +67,7 @@ def fabric_from(
 NIC_OPTIONS = (("window", WINDOWS), ("dcqcn_state", DCQCN_STATES), ("paths", PATHS), ("cnp", CNPS))
 """The [nic] settings a command line may override, with their values."""
 
-REGIME_PROFILES: dict[str, dict[str, str | float]] = {
+REGIME_PROFILES: dict[str, dict[str, str | float | int]] = {
     # ASTRA-sim's packet backend as the note's figures ran on it (astra-network-ns3
     # scratch/config/config.txt): the Mellanox DCQCN of rdma-hw.cc (the nic profile), a
     # bandwidth-delay window per QP (HAS_WIN 1, VAR_WIN 1), a fresh line-rate QP per message
@@ -84,6 +84,24 @@ REGIME_PROFILES: dict[str, dict[str, str | float]] = {
         "window": "bdp",
         "dcqcn_state": "message",
         "data_queue_kib": 8192,
+    },
+    # ASTRA-sim's ns-3 backend as it runs, mechanisms and all (docs/astra-sim.md): astra's
+    # transport with ns-3's 1000-byte payload, a path per message (a new source port per
+    # QP), a CNP for every marked packet, and astra-sim's collective: the all-reduce in
+    # Ring.json's 4 parts, one at a time, each reduce-scatter message reduced at its 50 GB/s
+    # local memory bandwidth, a ring message taken as received once its sender has its
+    # last ACK.
+    "astra-ns3": {
+        "dcqcn": "nic",
+        "window": "bdp",
+        "dcqcn_state": "message",
+        "payload_bytes": 1000,
+        "paths": "message",
+        "cnp": "per-mark",
+        "splits": 4,
+        "active_splits": 1,
+        "local_mem_gbs": 50.0,
+        "completion": "sender-ack",
     },
 }
 """Named sets of regime options (--profile); an option given beside one overrides it."""
@@ -160,6 +178,14 @@ def add_regime_options(parser: argparse.ArgumentParser) -> None:
         "active-chunks-per-dimension)",
     )
     parser.add_argument(
+        "--local-mem-gbs",
+        dest="local_mem_gbs",
+        type=float,
+        metavar="GBPS",
+        help="a reduce-scatter message waits three passes over its bytes at this many GB/s "
+        "before the ring goes on (default: none; ASTRA-sim's local-mem-bw, 50 in Ring.json)",
+    )
+    parser.add_argument(
         "--completion",
         help="a ring message is received when its receiver holds its bytes (receiver, "
         "default) or once its sender has its last ACK (sender-ack: ASTRA-sim's ns-3 "
@@ -189,14 +215,14 @@ def tp_phase(args: argparse.Namespace) -> str | None:
     return value
 
 
-def job_regime(args: argparse.Namespace) -> dict[str, str | int]:
+def job_regime(args: argparse.Namespace) -> dict[str, str | int | float]:
     """The job's regime options (JOB_SETTINGS) given on the command line, each over its
     --profile's, as Workload fields; those neither gives are left out. A bad value is a
     FabricError in one line naming the option."""
     from workload.plan import COMPLETIONS
 
     profile = regime_profile(args)
-    out: dict[str, str | int] = {}
+    out: dict[str, str | int | float] = {}
     phase = tp_phase(args)
     if phase is not None:
         out["tp_phase"] = phase
@@ -208,6 +234,12 @@ def job_regime(args: argparse.Namespace) -> dict[str, str | int]:
         if not isinstance(value, int) or value < 1:
             raise FabricError(f"--{_option(key)} must be an integer >= 1, got {value!r}")
         out[key] = value
+    gbs = getattr(args, "local_mem_gbs", None)
+    gbs = profile.get("local_mem_gbs") if gbs is None else gbs
+    if gbs is not None:
+        if not (isinstance(gbs, int | float) and math.isfinite(gbs) and gbs > 0):
+            raise FabricError(f"--local-mem-gbs must be a finite number > 0, got {gbs!r}")
+        out["reduce_bytes_per_s"] = float(gbs) * 1e9
     completion = getattr(args, "completion", None) or profile.get("completion")
     if completion is not None:
         if completion not in COMPLETIONS:

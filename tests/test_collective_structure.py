@@ -163,3 +163,20 @@ def test_gradient_messages_are_the_only_ones_split():
     plan = plan_step(config(splits=4, tp_bytes=1000, tp_group=2, pp_bytes=1000), 1)
     assert all(m.split == 0 and m.offset == 0 for m in plan.compute_sends)
     assert {m.kind for m in plan.gradient_sends} == {Kind.GRADIENT}
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_a_reduce_scatter_message_is_reduced_before_the_ring_goes_on(splits):
+    n = len(RANKS)
+    rate = 2e9  # bytes/s: slow enough that the reduction is a sizeable share of a step
+    cfg = config(splits=splits)
+    piece = cfg.grad_bytes // n // splits
+    plain = allreduce_s(cfg)
+    reduced = allreduce_s(replace(cfg, reduce_bytes_per_s=rate))
+    # n - 1 reduce-scatter messages per part are each held three passes over their bytes.
+    assert reduced - plain == pytest.approx((n - 1) * splits * 3 * piece / rate, rel=0.01)
+
+
+def test_the_reduction_rate_is_checked():
+    with pytest.raises(ValueError, match="reduce_bytes_per_s must be a finite number >= 0"):
+        config(reduce_bytes_per_s=-1.0).validate()

@@ -77,6 +77,11 @@ class TrainingConfig:
     active_splits: int = 1
     """How many of those rings run at once: part k starts once part k - active_splits is done
     at this rank (ASTRA-sim's `active-chunks-per-dimension`, 1 in Ring.json)."""
+    reduce_bytes_per_s: float = 0.0
+    """How fast a rank reduces a reduce-scatter message into its own chunk before forwarding
+    it: the message waits three passes over its bytes at this rate (a write and two reads),
+    as ASTRA-sim's system layer holds it (`PacketBundle::call` at `local-mem-bw`, 50 GB/s in
+    its Ring.json). 0: at once. At the run's scale: the fabric's rate over the rate scale."""
     completion: str = "receiver"
     """'receiver': a ring message is received when its receiver holds its bytes (settled by
     arrival or forgiveness); 'sender-ack': only once its sender also has the ACK of its last
@@ -166,6 +171,10 @@ class TrainingConfig:
             )
         if self.grad_bytes < n * self.splits:
             raise ValueError("grad_bytes must give every ring chunk's piece at least one byte")
+        if not (0 <= self.reduce_bytes_per_s < float("inf")):
+            raise ValueError(
+                f"reduce_bytes_per_s must be a finite number >= 0, got {self.reduce_bytes_per_s}"
+            )
         if self.completion not in COMPLETIONS:
             raise ValueError(
                 f"completion must be one of {', '.join(COMPLETIONS)}, got {self.completion!r}"

@@ -390,11 +390,21 @@ class Rank:
                     now,
                 )
             for prev, nxt in zip(recvs, sends[1:], strict=False):
-                self._when(received([prev]), partial(self._send, nxt, step), now)
+                self._when(received([prev]), partial(self._forward, prev, nxt, step), now)
         needs = [*received(plan.gradient_recvs), *_sends(plan.gradient_sends)]
         if cfg.tp_phase == "overlap":
             needs.append(("compute-done", step))
         self._when(needs, lambda t: self._allreduce_done(step, t), now)
+
+    def _forward(self, prev: Message, nxt: Message, step: int, now: float) -> None:
+        """Send the ring's next message once the one before it is in: at once, or after
+        reducing it into this rank's chunk (TrainingConfig.reduce_bytes_per_s) where it was a
+        reduce-scatter message."""
+        rate = self.cfg.reduce_bytes_per_s
+        if rate and prev.phase < len(self.cfg.ranks) - 1:
+            self._call_at(now + 3 * prev.size / rate, partial(self._send, nxt, step))
+        else:
+            self._send(nxt, step, now)
 
     def _received(self, msgs: Iterable[Message]) -> list[Token]:
         """What a ring message's receipt waits for: its bytes here, and under the
