@@ -250,6 +250,12 @@ def job_regime(args: argparse.Namespace) -> dict[str, str | int | float]:
     return out
 
 
+def profile_job(name: str) -> dict[str, str | int | float]:
+    """The job's part of the profile `name` (REGIME_PROFILES), as Workload fields: what
+    `--profile name` gives the job when no job option is given beside it."""
+    return job_regime(argparse.Namespace(profile=name))
+
+
 def _option(key: str) -> str:
     """A setting's command-line name (splits is --allreduce-splits)."""
     return "allreduce-splits" if key == "splits" else key.replace("_", "-")

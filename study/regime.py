@@ -27,7 +27,7 @@ from runplan.fabric import (
     with_data_queue,
 )
 from runplan.run import RunConfig, RunError
-from runs.options import REGIME_PROFILES
+from runs.options import REGIME_PROFILES, profile_job
 from runs.options import with_profile as profile_fabric
 from runs.results import RunResult, render_table
 from study.claims import number
@@ -73,9 +73,13 @@ def with_fabric(config: RunConfig, name: str) -> RunConfig:
 
 def with_profile(config: RunConfig, name: str) -> RunConfig:
     """A named set of regime options (runs.options.REGIME_PROFILES), as `--profile
-    name` sets them: its DCQCN profile, and the fabric through runs.options.with_profile."""
+    name` sets them: its DCQCN profile, the fabric through runs.options.with_profile, and
+    the job's part (runs.options.profile_job)."""
     dcqcn = str(REGIME_PROFILES[name]["dcqcn"])
-    return replace(config, dcqcn=dcqcn, fabric=profile_fabric(config.fabric, name))
+    workload = replace(config.workload, **profile_job(name))
+    return replace(
+        config, dcqcn=dcqcn, fabric=profile_fabric(config.fabric, name), workload=workload
+    )
 
 
 AXES: dict[str, Callable[[RunConfig, Any], RunConfig]] = {

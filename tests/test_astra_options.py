@@ -5,15 +5,17 @@ to what the hosts do; every bad value refused in one line naming it."""
 from __future__ import annotations
 
 import argparse
+import io
+import json
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from common import records
 from common.frames import parse as parse_frame
 from common.wire import DATA_FRAME_LEN, PACKET_BYTES, Opcode, peek
 from host_agent.endpoint import EndpointConfig
-from host_agent.events import RecvDone
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
 from runplan.fabric import FabricError, parse, preset
@@ -124,7 +126,6 @@ def _source_ports(spray: bool, cnp_per_mark: bool = False, marks: bool = False):
         critical=(1,),
     )
     ports: dict[int, list[int]] = defaultdict(list)
-    received: list[RecvDone] = []
 
     def watch(sim, ranks):
         def tap(i, frame):
@@ -135,19 +136,17 @@ def _source_ports(spray: bool, cnp_per_mark: bool = False, marks: bool = False):
                     ports[flow].append(arrival.sport)
 
         sim.tap = tap
-        for rank in ranks:
-            handle = rank.handle_event
-
-            def noting(event, now, handle=handle):
-                if isinstance(event, RecvDone):
-                    received.append(event)
-                handle(event, now)
-
-            rank.handle_event = noting
         yield 1.0
 
-    _, ranks, _ = train(cfg, fabric, host, delay_s=1e-6, limit_s=1.0, watch=watch)
+    logs = [io.StringIO() for _ in range(4)]
+    _, ranks, _ = train(cfg, fabric, host, delay_s=1e-6, limit_s=1.0, watch=watch, logs=logs)
     assert not any(r.failed for r in ranks)
+    received = [
+        record
+        for log in logs
+        for record in map(json.loads, log.getvalue().splitlines())
+        if record[records.TYPE] == records.FLOW_RECV
+    ]
     return ports, received
 
 
@@ -161,10 +160,10 @@ def test_a_path_per_message_keeps_one_source_port_for_every_packet_of_a_message(
 
 def test_a_cnp_per_mark_answers_every_marked_packet():
     _, per_mark = _source_ports(spray=True, cnp_per_mark=True, marks=True)
-    marks = sum(e.ce_marks for e in per_mark)
+    marks = sum(r["ce_marks"] for r in per_mark)
     assert marks > 0
-    assert sum(e.cnps_sent for e in per_mark) == marks
+    assert sum(r["cnps_sent"] for r in per_mark) == marks
     # The nic profile's notification point sends at most one CNP per 4 us, while a marked
     # packet comes every 0.66 us (4 KiB at 50 Gbit/s).
     _, paced = _source_ports(spray=True, marks=True)
-    assert 0 < sum(e.cnps_sent for e in paced) < sum(e.ce_marks for e in paced) / 2
+    assert 0 < sum(r["cnps_sent"] for r in paced) < sum(r["ce_marks"] for r in paced) / 2

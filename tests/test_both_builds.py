@@ -54,6 +54,8 @@ BOTH_BUILDS = (
     "test_controller.py",
     # the simulator's engine
     "test_virtual_fabric.py",
+    "test_collective_structure.py",
+    "test_astra_options.py",
     "test_trimming.py",
     "test_sim_analytic.py",
     # what neither build may do to a compiled class

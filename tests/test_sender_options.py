@@ -227,7 +227,7 @@ def test_the_astra_profile_names_its_options_and_an_option_beside_it_wins():
     assert dcqcn_profile(argparse.Namespace(profile=None, dcqcn=None)) == "paper"
     args.profile = "ns3"
     with pytest.raises(
-        FabricError, match=r"^--profile must be one of astra, astra-buffer, got 'ns3'$"
+        FabricError, match=r"^--profile must be one of astra, astra-buffer, astra-ns3, got 'ns3'$"
     ):
         with_regime(FULL, args)
 
