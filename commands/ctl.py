@@ -4,6 +4,7 @@
     forgive-ctl counters TOPOLOGY.json [--switch s1] [--trim]
     forgive-ctl tm-config TOPOLOGY.json [--switch s1]   (Tofino: BF-RT TM settings as JSON)
     forgive-ctl sonic FABRIC [--switch s1]   (the trimming as SONiC config DB, JSON)
+    forgive-ctl shell SWITCH [--topology T] [-c CODE]   (p4runtime-shell on a running switch)
 
 `counters --trim` prints SAI's trim counters per port and trimming queue:
 trimmed, trimmed and sent, trimmed but dropped. `sonic` takes a description
@@ -80,9 +81,22 @@ def load_fabric(name: str) -> Fabric:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="forgive-ctl", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("apply", "counters", "tm-config", "sonic"))
-    parser.add_argument("topology")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["shell"]:
+        from commands import p4shell
+
+        return p4shell.main(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="forgive-ctl",
+        description=__doc__.splitlines()[0],
+        epilog="apply: configure every switch of TOPOLOGY (a description, .json); counters: "
+        "print each switch's port counters; tm-config: Tofino's traffic-manager settings; "
+        "sonic: the trimming as SONiC config DB; shell SWITCH: p4runtime-shell on a running "
+        "switch as a reader beside the run's controller (forgive-ctl shell --help)",
+    )
+    parser.add_argument("command", choices=("apply", "counters", "tm-config", "sonic", "shell"))
+    parser.add_argument("topology", help="the fabric description (.json); sonic also takes a "
+                        "fabric file (.toml) or a preset")  # fmt: skip
     parser.add_argument("--p4info")
     parser.add_argument("--device-config")
     parser.add_argument(
