@@ -1,4 +1,4 @@
-"""`forgive`: run emulated training on a Mininet fabric of FORGIVE switches.
+"""`forgive`: run training on a fabric of FORGIVE switches, emulated in Mininet or simulated.
 
     forgive run      one policy and seed; prints its table, writes a results folder
     forgive compare  several policies times several seeds on the same fabric and workload
@@ -6,9 +6,11 @@
     forgive study    every result of the FORGIVE note, reproduced beside the note's (commands.study)
     forgive clean    remove what a killed run left behind (its veths and switch processes)
 
-Every option is checked before anything starts; a bad one is one line on stderr
-and exit status 2. Results (JSON, table, PNG plots, every host's records and
-logs) go to --out, by default results/<time>-<fabric>/.
+`--engine mininet` (the default) runs real processes on an emulated fabric and needs
+root; `--engine sim` runs the same hosts and switch pipelines in virtual time and needs
+neither. Every option is checked before anything starts; a bad one is one line on
+stderr and exit status 2. Results (JSON, table, runs.csv, plots as PNG and PDF, every
+host's records and logs) go to --out, by default results/<time>-<fabric>/.
 """
 
 from __future__ import annotations
@@ -23,11 +25,20 @@ from pathlib import Path
 from commands import impact as impact_cli
 from commands import study as study_cli
 from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
-from host_agent.policies import DEFAULT_POLICY
+from host_agent.policies import DEFAULT_POLICY, POLICY_NAMES
 from runplan.fabric import PRESETS, FabricError, FabricSpec
-from runplan.run import ENGINES, JOBS, RunConfig, RunError
+from runplan.run import (
+    CAPTURE_FRAMES,
+    CAPTURE_SNAPLEN,
+    ENGINES,
+    JOBS,
+    Captures,
+    RunConfig,
+    RunError,
+)
 from runs.cache import RunCache, link_runs, run_cached
 from runs.options import (
+    TIMEOUT_HELP,
     add_regime_options,
     critical_from,
     dcqcn_profile,
@@ -49,8 +60,18 @@ from runs.sweep import run_all, run_one
 from topologies.leftovers import FabricBusy, clear_leftovers, fabric_lock
 from topologies.runner import check as check_emulation
 from topologies.runner import require_root
+from workload.plan import MAX_STEPS
 
 DEFAULT_POLICIES = ("tight", "forgive", "dcqcn", "shed")
+POLICY_HELP = f"policies: {', '.join(POLICY_NAMES)} (docs/agent.md; default %(default)s)"
+RUN_HELP = (
+    "One policy and seed on one fabric: prints its table and writes a results folder. "
+    "--engine sim needs no root and finishes a small fabric in seconds."
+)
+COMPARE_HELP = (
+    "Several policies times several seeds on the same fabric and job: one table, a row per "
+    "policy, each change in training time against tight of the same seed."
+)
 DEFAULT_SEEDS = (1, 2)
 NUMBERS = (
     ("grad_mib", 0.0, False),
@@ -58,7 +79,7 @@ NUMBERS = (
     ("pp_mib", 0.0, True),
     ("compute_ms", 0.0, True),
     ("host_link_mbps", 0.0, False),
-    ("byte_scale", 0.0, False),
+    ("byte_scale", 1.0, True),
     ("timeout", 0.0, False),
     ("jitter", 0.0, True),
 )
@@ -80,6 +101,15 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 def _fabric(args: argparse.Namespace, engine: str = "mininet") -> FabricSpec:
     return with_regime(fabric_from(args.fabric, engine, args.host_link_mbps, args.byte_scale), args)
+
+
+def innermost(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The parser of the (sub)command `args` chose: the one whose usage an error should show."""
+    for action in parser._actions:  # argparse keeps its subcommands only here
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            return parser if chosen is None else innermost(chosen, args)
+    return parser
 
 
 def _seeds(text: str) -> list[int]:
@@ -105,9 +135,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--job",
         default="default",
-        help=f"the training job's shape: {', '.join(JOBS)} (default); the options below override",
+        help=f"the training job's shape: {' or '.join(JOBS)}, the first when not given; the "
+        "size options below override it",
     )
-    parser.add_argument("--steps", type=int, help=f"default {defaults.steps}")
+    parser.add_argument(
+        "--steps", type=int, help=f"training steps, 1..{MAX_STEPS - 1} (default {defaults.steps})"
+    )
     parser.add_argument(
         "--grad-mib",
         type=float,
@@ -119,7 +152,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compute-ms", type=float, help=f"at fabric scale (default {defaults.compute_s * 1e3:g})"
     )
-    parser.add_argument("--detector", default=defaults.detector, help="static or accordion")
+    parser.add_argument(
+        "--detector", default=defaults.detector, help="static or accordion (default %(default)s)"
+    )
     parser.add_argument(
         "--dcqcn",
         help=f"DCQCN profile of every host: {' or '.join(PROFILES)} (default {DEFAULT_PROFILE}; "
@@ -155,7 +190,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="--engine sim: each host frame reaches its switch port up to this many frame "
         "times late, seeded (default 0: exact timing; docs/simulation.md)",
     )
-    parser.add_argument("--timeout", type=float, default=600.0, help="per run, s")
+    parser.add_argument("--timeout", type=float, default=600.0, help=TIMEOUT_HELP)
     parser.add_argument(
         "--switch-restarts",
         type=int,
@@ -164,11 +199,32 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="start an exited switch again, up to N times per run, and carry on (default 0: "
         "a switch that exits ends the run)",
     )
-    parser.add_argument("--out", type=Path, help="results folder")
+    parser.add_argument("--out", type=Path, help="results folder (default results/<time>-<fabric>)")
     parser.add_argument(
         "--replace",
         action="store_true",
         help="replace the earlier run a results folder holds (refused otherwise)",
+    )
+    parser.add_argument(
+        "--pcap",
+        metavar="LINKS",
+        help="write a pcapng per link into each run's folder: hosts (h1: its own link), links "
+        "between switches (leaf1-spine1) or all, comma-separated (docs/emulation.md, Captures)",
+    )
+    parser.add_argument(
+        "--pcap-snaplen",
+        type=int,
+        default=CAPTURE_SNAPLEN,
+        metavar="BYTES",
+        help=f"bytes kept of each captured frame (default {CAPTURE_SNAPLEN}: the headers and "
+        "the payload's start)",
+    )
+    parser.add_argument(
+        "--pcap-frames",
+        type=int,
+        default=CAPTURE_FRAMES,
+        metavar="N",
+        help=f"frames kept per capture; later ones are counted, not written (default {CAPTURE_FRAMES})",
     )
     add_regime_options(parser)
 
@@ -198,6 +254,8 @@ def _workload(args: argparse.Namespace):
 def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
     if args.engine not in ENGINES:
         raise RunError(f"--engine must be one of {', '.join(ENGINES)}, got {args.engine!r}")
+    if args.steps is not None and not 1 <= args.steps < MAX_STEPS:
+        raise RunError(f"--steps must lie in 1..{MAX_STEPS - 1}, got {args.steps}")
     _check_numbers(args)
     workload = _workload(args)
     fabric = _fabric(args, args.engine)
@@ -215,6 +273,7 @@ def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
             cc=args.cc,
             switch_restarts=args.switch_restarts,
             jitter_frames=args.jitter,
+            captures=_captures(args),
         )
         for policy in policies
         for seed in seeds
@@ -224,6 +283,17 @@ def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
         if config.engine == "mininet":
             check_emulation(config)  # root, and BMv2 where asked for
     return configs
+
+
+def _captures(args: argparse.Namespace) -> Captures:
+    """What --pcap names and how much of it is kept; refused beside --cache, whose runs are
+    taken as they were, never run again to be captured."""
+    links = tuple(n.strip() for n in (args.pcap or "").split(",") if n.strip())
+    if args.pcap is not None and not links:
+        raise RunError("--pcap needs at least one host, link or all")
+    if links and getattr(args, "cache", None) is not None:
+        raise RunError("--pcap and --cache: a run the cache has is not run again to be captured")
+    return Captures(links, args.pcap_snaplen, args.pcap_frames)
 
 
 def _describe(config: RunConfig) -> str:
@@ -279,16 +349,26 @@ def clean() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="forgive", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="forgive", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    run_p = sub.add_parser("run", help="one policy and seed")
+    run_p = sub.add_parser("run", help="one policy and seed", description=RUN_HELP)
     _common(run_p)
-    run_p.add_argument("--policy", default=DEFAULT_POLICY)
-    run_p.add_argument("--seed", type=int, default=1)
-    cmp_p = sub.add_parser("compare", help="policies x seeds, side by side")
+    run_p.add_argument("--policy", default=DEFAULT_POLICY, help=POLICY_HELP)
+    run_p.add_argument("--seed", type=int, default=1, help="the run's seed (default %(default)s)")
+    cmp_p = sub.add_parser(
+        "compare", help="policies x seeds, side by side", description=COMPARE_HELP
+    )
     _common(cmp_p)
-    cmp_p.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
-    cmp_p.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))
+    cmp_p.add_argument(
+        "--policies", default=",".join(DEFAULT_POLICIES), help=f"comma-separated; {POLICY_HELP}"
+    )
+    cmp_p.add_argument(
+        "--seeds",
+        default=",".join(map(str, DEFAULT_SEEDS)),
+        help="comma-separated; each policy runs once per seed (default %(default)s)",
+    )
     cmp_p.add_argument(
         "--cache",
         type=Path,
@@ -297,15 +377,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     cmp_p.add_argument("--fresh", action="store_true", help="with --cache: rerun cached runs too")
     cmp_p.add_argument(
-        "--workers", type=int, default=1, help="runs in parallel processes (--engine sim)"
+        "--workers",
+        type=int,
+        default=1,
+        help="runs in parallel processes (--engine sim; default %(default)s)",
     )
     cmp_p.add_argument(
         "--dask", metavar="ADDRESS", help="run on this Dask scheduler (--engine sim)"
     )
     impact_cli.register(sub)
     study_cli.register(sub)
-    sub.add_parser("clean", help="remove what a killed run left behind")
-    args = parser.parse_args(argv)
+    sub.add_parser(
+        "clean",
+        help="remove what a killed run left behind",
+        description="Remove the veths and switch processes a killed emulation left behind, as "
+        "`mn -c` does for Mininet (root; never under a live run).",
+    )
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, with its usage, not the top level's
+        innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "clean":
         return clean()
     if args.command == "impact":
@@ -363,12 +453,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"forgive: {_cut_short(out, err, during_runs=True)}", file=sys.stderr)
         return 1
     try:
-        table = write_results(out, runs, order=policies)
+        labelled = [(c.policy, c, r) for c, r in zip(configs, runs, strict=True)]
+        table = write_results(out, runs, order=policies, labelled=labelled)
     except OSError as err:
         print(f"forgive: {_cut_short(out, err, during_runs=False)}", file=sys.stderr)
         return 1
     print(table)
-    print(f"\nresults: {out} (runs.json, summary.json, table.txt, *.png)", file=sys.stderr)
+    print(
+        f"\nresults: {out} (runs.json, summary.json, table.txt, runs.csv, *.png, *.pdf)",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -32,15 +32,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--policy", help="whose recorded loss to replay (default: forgive, or the only one)"
     )
-    p.add_argument("--seeds", default=",".join(map(str, config.seeds)), help="training seeds")
+    p.add_argument(
+        "--seeds",
+        default=",".join(map(str, config.seeds)),
+        help="training seeds (default %(default)s)",
+    )
     p.add_argument("--out", type=Path, help="output folder (default RESULTS_DIR/impact)")
-    p.add_argument("--hidden", type=int, default=spec.hidden, help="MLP hidden width")
-    p.add_argument("--batch", type=int, default=spec.batch, help="images per replica per step")
-    p.add_argument("--lr", type=float, default=spec.lr, help="Adam's learning rate")
-    p.add_argument("--drift-steps", type=int, default=config.drift_steps)
-    p.add_argument("--drift-p", type=float, default=config.drift_p, help="independent drop rate")
-    p.add_argument("--burn-in", type=int, default=config.burn_in, help="drift steps not averaged")
-    p.add_argument("--threads", type=int, default=config.threads, help="PyTorch threads")
+    p.add_argument(
+        "--hidden", type=int, default=spec.hidden, help="MLP hidden width (default %(default)s)"
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=spec.batch,
+        help="images per replica per step (default %(default)s)",
+    )
+    p.add_argument(
+        "--lr", type=float, default=spec.lr, help="Adam's learning rate (default %(default)s)"
+    )
+    p.add_argument(
+        "--drift-steps",
+        type=int,
+        default=config.drift_steps,
+        help="steps of the drift measurement (default %(default)s)",
+    )
+    p.add_argument(
+        "--drift-p",
+        type=float,
+        default=config.drift_p,
+        help="independent drop rate (default %(default)s)",
+    )
+    p.add_argument(
+        "--burn-in",
+        type=int,
+        default=config.burn_in,
+        help="drift steps not averaged (default %(default)s)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=config.threads, help="PyTorch threads (default %(default)s)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -34,7 +34,9 @@ from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
 from runplan.fabric import FabricError
 from runplan.run import ENGINES, JOBS, RunConfig, RunError, Workload
 from runs.cache import RunCache, run_cached
+from runs.csvfile import write_runs_csv
 from runs.options import (
+    TIMEOUT_HELP,
     add_regime_options,
     add_schedule_option,
     critical_from,
@@ -69,7 +71,9 @@ RUNNER = run_one
 def register(sub: argparse._SubParsersAction) -> None:
     study = sub.add_parser("study", help="reproduce a document's results", description=__doc__)
     which = study.add_subparsers(dest="study", required=True)
-    p = which.add_parser("note", help="the FORGIVE note's Results", description=__doc__)
+    p = which.add_parser(
+        "note", help="the FORGIVE note's Results", description=__doc__.split("\n\n`calibrate`")[0]
+    )
     _shared_options(p, "note")
     p.add_argument(
         "--baseline-seeds",
@@ -117,9 +121,13 @@ def _shared_options(p: argparse.ArgumentParser, name: str) -> None:
         "--dcqcn", help=f"DCQCN profile: {' or '.join(PROFILES)} (default paper, or --profile's)"
     )
     p.add_argument("--job", help=f"the training job: {', '.join(JOBS)} (default: the engine's)")
-    p.add_argument("--fabric", help="the worst fabric: a preset or a .toml file")
+    p.add_argument(
+        "--fabric",
+        help="the worst fabric: a preset or a .toml file (default: note-4to1 under sim, "
+        "2to1 under mininet)",
+    )
     p.add_argument("--switch", default="model", help="model (default) or bmv2")
-    p.add_argument("--steps", type=int, default=JOBS["default"].steps)
+    p.add_argument("--steps", type=int, default=JOBS["default"].steps, help="default %(default)s")
     p.add_argument(
         "--host-link-mbps",
         type=float,
@@ -136,14 +144,16 @@ def _run_options(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--out", type=Path, help=f"output folder (default results/study-{name}-<time>)")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="run cache (results/runs)")
     p.add_argument("--fresh", action="store_true", help="rerun the runs the cache has too")
-    p.add_argument("--workers", type=int, default=1, help="runs in parallel processes (sim)")
+    p.add_argument(
+        "--workers", type=int, default=1, help="runs in parallel processes (sim; default 1)"
+    )
     p.add_argument(
         "--dask",
         metavar="ADDRESS",
         help="run on this Dask scheduler's cluster (sim; the cache "
         "must be on a file system its workers share)",
     )
-    p.add_argument("--timeout", type=float, default=600.0, help="per run, s")
+    p.add_argument("--timeout", type=float, default=600.0, help=TIMEOUT_HELP)
 
 
 REGIME_BYTE_SCALE = 32.0
@@ -224,7 +234,12 @@ def setup_from(args: argparse.Namespace) -> tuple[Setup, list[Variant]]:
         names = [n for n in args.variants.split(",") if n]
     unknown = [n for n in names if n not in {x.name for x in variants}]
     if unknown or not names:
-        raise RunError(f"unknown variant {unknown[0]!r}" if unknown else "--variants is empty")
+        raise RunError(
+            f"--variants: unknown variant {unknown[0]!r} (known: "
+            f"{', '.join(x.name for x in variants)})"
+            if unknown
+            else "--variants is empty"
+        )
     if cc == "nscc":
         names += [v.name for v in NSCC_VARIANTS if v.name not in names]
     if not (math.isfinite(args.timeout) and args.timeout > 0):
@@ -403,11 +418,20 @@ def main_regime(args: argparse.Namespace) -> int:
         for c, cells in zip(cells_figures, regime.table_rows(cells_figures), strict=True)
     ]
     notes = [table.rpartition("\n\n")[2]] if fitted is not None else []
-    page.write_page(out, "forgive study regime", regime.HEADER, rows, notes, meta, images)
-    by_run: dict[str, list] = {}
-    for (cell, config), result in zip(planned, results, strict=True):
-        by_run.setdefault(f"{cell.name}/{config.policy}", []).append(result)
-    page.write_runs_csv(out, by_run)
+    page.write_page(
+        out,
+        page.Page(
+            "forgive study regime", regime.HEADER, rows, regime.MEANINGS, meta, images,
+            notes=notes,
+        ),
+    )  # fmt: skip
+    write_runs_csv(
+        out,
+        [
+            (f"{cell.name}/{config.policy}", config, result)
+            for (cell, config), result in zip(planned, results, strict=True)
+        ],
+    )
     print(table)
     say(
         f"\nwall time {wall:.0f} s for {made} runs ({cached} more from the cache); results: "
@@ -439,6 +463,7 @@ def main(args: argparse.Namespace) -> int:
         return ran
     results, wall = ran
     runs = by_variant(planned, results)
+    labelled = [(v.name, c, r) for (v, c), r in zip(planned, results, strict=True)]
     meta = {
         "engine": args.engine,
         "worst_fabric": setup.worst.name,
@@ -472,14 +497,16 @@ def main(args: argparse.Namespace) -> int:
             verdicts = judge(calibrate.claims(tight), runs)
             held, lines = calibrate.rows_held(verdicts)
             meta["calibration_rows_held"] = held
-            table = report.write(out, verdicts, runs, meta, title="forgive study calibrate")
+            table = report.write(
+                out, verdicts, runs, meta, labelled, title="forgive study calibrate"
+            )
             table += f"\n\ncalibration rows held (direction and x2): {held} of 4\n"
             table += "\n".join(lines)
             (out / "table.txt").write_text(table + "\n")
         else:
             nscc = any(v.cc == "nscc" for v in variants)
             claims = CLAIMS + NSCC_CLAIMS if nscc else CLAIMS
-            table = report.write(out, judge(claims, runs), runs, meta)
+            table = report.write(out, judge(claims, runs), runs, meta, labelled)
     except OSError as err:
         print(f"forgive study: writing to {out}: {err.strerror or err}", file=sys.stderr)
         return 1

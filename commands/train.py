@@ -50,8 +50,16 @@ def training_arguments(parser: argparse.ArgumentParser) -> None:
             dest=f.name,
             type=kind,
             default=argparse.SUPPRESS,
-            help=f"default {default}",
+            metavar=flag[2:].upper().replace("-", "_"),
+            help=f"default {_shown(default)}",
         )
+
+
+def _shown(default: object) -> str:
+    """A default as it is typed: a list comma-separated, an empty one as none."""
+    if isinstance(default, tuple):
+        return ",".join(map(str, default)) if default else "none"
+    return str(default)
 
 
 def _int_list(text: str) -> tuple[int, ...]:

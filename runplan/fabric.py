@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -396,6 +397,12 @@ class Link:
     rate_bps: int
 
 
+def link_name(link: Link) -> str:
+    """A link as `--pcap` names it: a host's own link by the host, one between switches as
+    `leaf-spine`."""
+    return link.a if link.a_port is None else f"{link.a}-{link.b}"
+
+
 @dataclass(frozen=True)
 class Plan:
     spec: FabricSpec
@@ -427,6 +434,31 @@ class Plan:
             for i, name in enumerate(self.switches)
         }
         return parse_description(self.controller_description(endpoints))
+
+    def named_links(self, names: Sequence[str]) -> list[tuple[str, Link]]:
+        """The links `names` name, each once, in the plan's order, with its name: a host
+        names its own link, `leaf1-spine1` (either way round) a fabric link, `all` every
+        link (`--pcap`); FabricError naming the first unknown one."""
+        by_name: dict[str, Link] = {}
+        for link in self.links:
+            by_name[link_name(link)] = link
+            if link.a_port is not None:
+                by_name[f"{link.b}-{link.a}"] = link
+        wanted: set[Link] = set()
+        for name in names:
+            if name == "all":
+                wanted.update(self.links)
+            elif name in by_name:
+                wanted.add(by_name[name])
+            else:
+                fabric = [link_name(k) for k in self.links if k.a_port is not None]
+                raise FabricError(
+                    f"--pcap: fabric {self.spec.name} has no host or link {name!r}: name a host "
+                    f"({self.hosts[0].name}..{self.hosts[-1].name})"
+                    + (f", a link between switches ({fabric[0]}, ...)" if fabric else "")
+                    + " or all"
+                )
+        return [(link_name(k), k) for k in self.links if k in wanted]
 
     def controller_description(self, endpoints: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The controller's fabric JSON, given each switch's target and control endpoints."""

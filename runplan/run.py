@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from common.frames import mac_text
-from common.wire import DATA_FRAME_LEN
+from common.wire import DATA_FRAME_LEN, TRIMMED_FRAME_LEN
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import switch_port_mac
 from host_agent.core import CONTROLS, DEFAULT_CONTROL, DEFAULT_PROFILE, PROFILES
 from host_agent.endpoint import EndpointConfig
 from host_agent.policies import DEFAULT_POLICY, parse_policy
-from runplan.fabric import LINK_DELAY_S, FabricSpec, Host, Plan, plan
+from runplan.fabric import LINK_DELAY_S, FabricSpec, Host, Link, Plan, plan
 from workload.hostplan import HostEntry
 from workload.plan import TrainingConfig
 
@@ -85,6 +85,48 @@ JOBS: dict[str, Workload] = {
 """Named training jobs at fabric scale (`--job`); single options override their sizes."""
 
 
+CAPTURE_SNAPLEN = 128
+"""Bytes a capture keeps of each frame by default: a FORGIVE frame's 58 header bytes and the
+first 70 of its payload (a 128-byte trim, SAI's default, keeps as much), so a capture of full
+DATA frames holds about a thirtieth of their bytes."""
+CAPTURE_FRAMES = 100_000
+"""Frames a capture keeps by default, per link (about 16 MB at the default snap length)."""
+MIN_SNAPLEN = TRIMMED_FRAME_LEN
+"""A capture keeps at least a FORGIVE frame's headers: Ethernet, IPv4, UDP and the FTH."""
+MAX_SNAPLEN = 262144
+"""tcpdump's and dumpcap's largest snap length."""
+
+
+@dataclass(frozen=True)
+class Captures:
+    """The links a run writes to pcapng (`--pcap`; runplan.fabric.Plan.named_links names
+    them), every frame cut to `snaplen` bytes, at most `max_frames` frames per link. What is
+    captured never changes what a run does, so it is no part of the run cache's key."""
+
+    links: tuple[str, ...] = ()
+    snaplen: int = CAPTURE_SNAPLEN
+    max_frames: int = CAPTURE_FRAMES
+
+    def check(self) -> None:
+        """RunError, in one line naming the option, for a snap length or cap out of range."""
+        if not MIN_SNAPLEN <= self.snaplen <= MAX_SNAPLEN:
+            raise RunError(
+                f"--pcap-snaplen must lie in {MIN_SNAPLEN}..{MAX_SNAPLEN} (a FORGIVE frame's "
+                f"headers are {MIN_SNAPLEN} bytes), got {self.snaplen}"
+            )
+        if self.max_frames < 1:
+            raise RunError(f"--pcap-frames must be >= 1, got {self.max_frames}")
+
+
+@dataclass(frozen=True)
+class LinkCapture:
+    """One link a run captures: its `--pcap` name, the fabric plan's link and the file."""
+
+    name: str
+    link: Link
+    path: Path
+
+
 @dataclass(frozen=True)
 class RunConfig:
     fabric: FabricSpec
@@ -116,6 +158,8 @@ class RunConfig:
     the host's line rate (simulator.engine; 0, exact timing). It breaks the fixed phase
     between equally paced senders that exact timing keeps and the emulation's late
     processes never do (docs/simulation.md, "Agreement with the emulation")."""
+    captures: Captures = Captures()
+    """The links whose frames the run writes to pcapng, from either engine."""
 
     def validate(self) -> None:
         """Refuse a bad configuration before anything is started (one-line RunError)."""
@@ -160,6 +204,9 @@ class RunConfig:
             fabric_plan = plan(self.fabric)
             for job in range(len(self.jobs(fabric_plan))):
                 self.training_config(fabric_plan, rank=0, job=job).validate()
+            if self.captures.links:
+                self.captures.check()
+                fabric_plan.named_links(self.captures.links)
         except ValueError as err:
             raise RunError(str(err)) from None
         for artifact in (P4INFO, DEVICE_CONFIG):
@@ -230,6 +277,8 @@ class RunPlan:
     """Per host of the fabric, its rank's JSON-lines training records."""
     stats_files: dict[str, Path]
     """Per host of the fabric, its agent's JSON-lines statistics."""
+    captures: list[LinkCapture] = field(default_factory=list)
+    """Each link the run captures, with the pcapng file it goes to (RunConfig.captures)."""
 
 
 @dataclass
@@ -241,6 +290,9 @@ class EngineResult:
     counters: dict[str, dict[str, int]]
     timeline: list[dict[str, Any]] = field(default_factory=list)
     switch_restarts: list[dict[str, Any]] = field(default_factory=list)
+    captures: list[dict[str, Any]] = field(default_factory=list)
+    """Per link captured: `link`, `path`, `frames` written (None where the capture tool did
+    not say) and `over_cap`, frames past the cap not written (None where unknown)."""
 
 
 def link_delay(config: RunConfig) -> float:
@@ -263,7 +315,11 @@ def plan_run(config: RunConfig, out_dir: Path) -> RunPlan:
         for job, (_, hosts) in enumerate(jobs)
         for rank, host in enumerate(hosts)
     ]
-    run = RunPlan(config, fabric_plan, link_delay_s, jobs, [], train_files, stats_files)
+    captures = [
+        LinkCapture(name, link, out_dir / f"{name}.pcapng")
+        for name, link in fabric_plan.named_links(config.captures.links)
+    ]
+    run = RunPlan(config, fabric_plan, link_delay_s, jobs, [], train_files, stats_files, captures)
     run.hosts.extend(
         HostEntry(
             name=host.name,

@@ -81,7 +81,8 @@ class Scaling:
         scaled = self.size(fabric_bytes)
         if scaled < MIN_QUEUE_FRAMES * DATA_FRAME_LEN:
             raise ScalingError(
-                f"{what} of {fabric_bytes:.0f} B scales to {scaled} B, under "
-                f"{MIN_QUEUE_FRAMES} frames; lower byte_scale"
+                f"{what} of {fabric_bytes:.0f} B scales to {scaled} B, under {MIN_QUEUE_FRAMES} "
+                f"full frames ({MIN_QUEUE_FRAMES} x {DATA_FRAME_LEN} = "
+                f"{MIN_QUEUE_FRAMES * DATA_FRAME_LEN} B); lower the byte scale"
             )
         return scaled

@@ -48,9 +48,11 @@ CONFIG = "config.json"
 
 
 def config_doc(config: RunConfig) -> dict[str, Any]:
-    """What decides a run: the configuration without its timeout, and the cache version."""
+    """What decides a run: the configuration without its timeout and captures, and the cache
+    version."""
     doc = asdict(config)
     doc.pop("timeout_s")
+    doc.pop("captures")  # what is captured changes nothing a run does
     if doc["cc"] == "dcqcn":
         doc.pop("cc")  # DCQCN runs keep the keys they had before NSCC existed
     else:

@@ -194,6 +194,13 @@ def add_regime_options(parser: argparse.ArgumentParser) -> None:
     add_schedule_option(parser)
 
 
+TIMEOUT_HELP = (
+    "per run, s (default %(default)g): wall time under mininet; under sim, virtual time until "
+    "training ends (the ranks then acknowledge late packets a while longer, uncounted)"
+)
+"""--timeout's help, the same for every command that runs."""
+
+
 def add_schedule_option(parser: argparse.ArgumentParser, default: str | None = None) -> None:
     """--critical-steps: the static schedule's critical steps (TrainingConfig.critical)."""
     parser.add_argument(

@@ -1,10 +1,12 @@
-"""PNG plots of a results folder: step times, forgiveness against the budget, trims over time."""
+"""Plots of a results folder (each a PNG and, beside it, a PDF for a paper): step times,
+forgiveness against the budget, trims over time."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -26,6 +28,20 @@ def _by_policy(
     return {p: grouped[p] for p in keys}
 
 
+LINES = (
+    {"ls": "-", "lw": 3.0},
+    {"ls": "--", "lw": 2.2},
+    {"ls": "-.", "lw": 1.6},
+    {"ls": ":", "lw": 1.2},
+)
+"""Each policy's line, in order: thinner and broken the later it is drawn, so that a line that
+coincides with an earlier one (tight's and dcqcn's when every step is critical) still shows."""
+
+
+def line_style(i: int) -> dict:
+    return LINES[i % len(LINES)]
+
+
 def _finish(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -37,11 +53,13 @@ def _finish(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
 
 def save_figure(fig, path: Path) -> None:
     """Every plot of the project (runs, study, impact) laid out and saved at one resolution,
-    its figure closed (pyplot keeps every open one alive)."""
+    with a PDF of it beside the PNG (vector, for a paper), its figure closed (pyplot keeps
+    every open one alive)."""
     fig.tight_layout()
     try:
-        with written_whole(path) as tmp:  # never half a PNG (runs.atomic)
-            fig.savefig(tmp, dpi=110, format=path.suffix.lstrip(".") or "png")
+        for target, dpi in ((path, 110), (path.with_suffix(".pdf"), None)):
+            with written_whole(target) as tmp:  # never half a file (runs.atomic)
+                fig.savefig(tmp, dpi=dpi, format=target.suffix.lstrip("."))
     finally:
         plt.close(fig)
 
@@ -50,14 +68,14 @@ def plot_step_times(
     path: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None
 ) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for policy, group in _by_policy(runs, order).items():
+    for i, (policy, group) in enumerate(_by_policy(runs, order).items()):
         steps = sorted({s.step for r in group for s in r.steps})
         mean = [
             sum(s.duration_s for r in group for s in r.steps if s.step == k)
             / max(1, sum(1 for r in group for s in r.steps if s.step == k))
             for k in steps
         ]
-        ax.plot(steps, mean, marker="o", label=policy)
+        ax.plot(steps, mean, marker="o", label=policy, **line_style(i))
     critical = sorted({s.step for r in runs for s in r.steps if s.critical})
     for k in critical:
         ax.axvspan(k - 0.5, k + 0.5, color="grey", alpha=0.12, lw=0)
@@ -100,17 +118,35 @@ def plot_forgiveness(
     save_figure(fig, path)
 
 
+def last_change(timeline: Sequence[dict[str, Any]]) -> float:
+    """When a run's counters last moved: after it, a timeline only holds the run's tail (the
+    simulator's ranks go on acknowledging for workload.rank.LINGER_S after training)."""
+    last = timeline[-1]
+    for sample in reversed(timeline):
+        if (sample["trims"], sample["ce_marks"]) != (last["trims"], last["ce_marks"]):
+            return sample["t"]
+    return timeline[0]["t"]
+
+
 def plot_trims(path: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for policy, group in _by_policy(runs, order).items():
+    end = 0.0
+    for i, (policy, group) in enumerate(_by_policy(runs, order).items()):
         run = min(group, key=lambda r: r.seed)
         if run.timeline:
             ax.plot(
-                [p["t"] for p in run.timeline], [p["trims"] for p in run.timeline], label=policy
+                [p["t"] for p in run.timeline],
+                [p["trims"] for p in run.timeline],
+                label=policy,
+                **line_style(i),
             )
+            end = max(end, last_change(run.timeline))
+    if end > 0:
+        ax.set_xlim(0, end * 1.05)  # up to the last trim or mark, not the quiet tail
     _finish(
-        fig, ax, path, "time since the first step, s", "trimmed packets, all switches (cumulative)",
-        "Trims over time (lowest seed of each policy)",
+        fig, ax, path, "time since the run started, s (the run's clock)",
+        "trimmed packets, all switches (cumulative)",
+        "Trims over time (lowest seed of each policy), until the counters stop",
     )  # fmt: skip
 
 

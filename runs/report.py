@@ -21,18 +21,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runs.atomic import is_temporary, write_whole
-from runs.results import RunResult, compare, format_table
+from runs.csvfile import RUNS_CSV, Labelled, write_runs_csv
+from runs.results import RunResult, all_critical, compare, format_table
 from runs.typed import RecordError
 
 RUNS = "runs.json"
 SUMMARY = "summary.json"
 TABLE = "table.txt"
 PLOTS = ("step_times.png", "forgiven_vs_budget.png", "trims_over_time.png")
+PDFS = tuple(name.replace(".png", ".pdf") for name in PLOTS)
+"""Each plot again as a PDF (runs.plots.save_figure writes it beside the PNG)."""
 COMPLETE = "complete.json"
 """Written last, when every other file of the folder is whole: the run finished."""
 IMPACT = "impact"
 """`forgive impact`'s folder inside the results it replays (its default --out)."""
-RESULT_FILES = (RUNS, SUMMARY, TABLE, *PLOTS, COMPLETE)
+RESULT_FILES = (RUNS, SUMMARY, TABLE, *PLOTS, *PDFS, RUNS_CSV, COMPLETE)
 _RUN_FOLDER = re.compile(r".+-seed-?[0-9]+")
 """`run_folder`'s names: `<policy>-seed<n>`."""
 
@@ -108,7 +111,10 @@ def writable_folder(folder: Path, what: str = "--out") -> Path:
 
 
 def write_results(
-    folder: Path, runs: Sequence[RunResult], order: Sequence[str] | None = None
+    folder: Path,
+    runs: Sequence[RunResult],
+    order: Sequence[str] | None = None,
+    labelled: Sequence[Labelled] = (),
 ) -> str:
     """Write runs.json, summary.json, table.txt and the plots, each whole, then `COMPLETE`;
     return the table. An OSError (a full disk) leaves the files written before it whole
@@ -118,14 +124,20 @@ def write_results(
     summary = compare(runs)
     write_whole(folder / SUMMARY, json.dumps(summary, indent=1))
     table = format_table(summary, order)
+    if (note := all_critical(runs)) is not None:
+        table += "\n\n" + note
     write_whole(folder / TABLE, table + "\n")
     from runs.plots import plot_all  # matplotlib only once there is something to plot
 
     plot_all([folder / name for name in PLOTS], runs, order)
+    files = [RUNS, SUMMARY, TABLE, *PLOTS, *PDFS]
+    if labelled:
+        write_runs_csv(folder, labelled)
+        files.append(RUNS_CSV)
     mark = {
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "runs": len(runs),
-        "files": [RUNS, SUMMARY, TABLE, *PLOTS],
+        "files": files,
     }
     write_whole(folder / COMPLETE, json.dumps(mark, indent=1))
     return table

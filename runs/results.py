@@ -235,6 +235,20 @@ def render_table(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def all_critical(runs: Sequence[RunResult]) -> str | None:
+    """A line under a table whose runs had every step critical, or None: no loss budget was
+    open, so forgive's rows are tight's run for run, and the table says why."""
+    if not runs or not all(s.critical for r in runs for s in r.steps):
+        return None
+    steps = sorted({len(r.steps) for r in runs})
+    return (
+        f"every step of every run was critical ({'/'.join(map(str, steps))} steps; the note's "
+        "schedule marks steps 1, 2, 3 and the last): no loss budget was open, so forgive ran "
+        "as tight, digit for digit; run 5 or more steps, or name the critical ones with "
+        "--critical-steps"
+    )
+
+
 def format_table(summary: dict[str, dict[str, Any]], order: Sequence[str] | None = None) -> str:
     """A plain-text table, one row per policy; a range lo..hi spans the seeds."""
     policies = [p for p in (order or sorted(summary)) if p in summary]

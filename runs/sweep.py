@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from runplan.run import RunConfig, RunError, plan_run
+from runplan.run import Captures, RunConfig, RunError, plan_run
 from runs.collect import collect_run
 from runs.progress import Progress, say
 from runs.report import run_folder
@@ -42,7 +42,25 @@ def run_one(
         progress.update(config.workload.steps, sum(c["trims"] for c in engine.counters.values()))
     finally:
         progress.close()
+    for capture in engine.captures:
+        say(captured(capture, config.captures))
     return collect_run(run, engine)
+
+
+def captured(capture: dict, wanted: Captures) -> str:
+    """One line on a capture a run wrote: where, how many frames, and the cap where it bit."""
+    frames = capture["frames"]
+    line = (
+        f"capture {capture['link']}: {capture['path']}"
+        + ("" if frames is None else f", {frames} frames")
+        + f" cut to {wanted.snaplen} bytes"
+    )
+    over = capture["over_cap"]
+    if over:
+        return line + f"; {over} more past the cap of {wanted.max_frames} frames, not written"
+    if over is None and frames == wanted.max_frames:
+        return line + f"; the cap of {wanted.max_frames} frames reached, later ones not written"
+    return line
 
 
 def run_all(

@@ -39,7 +39,7 @@ from __future__ import annotations
 import heapq
 import io
 import random
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any, Final
 
@@ -57,7 +57,7 @@ from switch_model.port import EgressPort
 from switch_model.surface import load_pipeline
 from switch_model.tables import Forwarding, TableStore
 from workload.plan import Message, TrainingConfig
-from workload.rank import Rank
+from workload.rank import LINGER_S, Rank
 
 _FIRST: Final = 0
 """Priority of what must run before anything else due at the same instant (a process's
@@ -205,6 +205,7 @@ class VirtualFabric:
         p4info_path=None,
         logs: list[IO[str]] | None = None,
         jitter_frames: float = 0.0,
+        captures: Mapping[tuple[str, str], Callable[[float, bytearray], None]] | None = None,
     ) -> None:
         from controller import P4INFO
 
@@ -215,6 +216,9 @@ class VirtualFabric:
 
         self.env = Clock()
         self.fabric = fabric
+        self._captures = dict(captures or {})
+        """Per directed link (sender, receiver), what records each frame put on it, with the
+        time its first bit goes out (simulator.capture); the links not named have none."""
         self.delay_s = delay_s
         self.warnings: list[str] = []
         self.frames_moved = 0
@@ -316,6 +320,7 @@ class VirtualFabric:
         bit = 8.0 / port.rate_bps
         delay = self.delay_s
         peer = self.fabric.neighbors[name][number]
+        capture = self._captures.get((name, peer))
         deliver: Callable[[bytearray], None] | None = None  # else the peer switch's ingress,
         if peer in self._host_of:  # made after this one
             i = self._host_of[peer]
@@ -332,6 +337,8 @@ class VirtualFabric:
                 frame, received = popped
                 pipeline.egress(number, received)
                 self.frames_moved += 1
+                if capture is not None:
+                    capture(now, frame)
                 env.at(
                     len(frame) * bit + delay,
                     deliver if deliver is not None else self._ingress[peer],
@@ -379,13 +386,18 @@ class VirtualFabric:
         ingress = self._ingress[self.attachments[i].switch]
         jitter = self._jitter[i]
         rng = self._jitter_rng[i]
+        where = self.attachments[i]
+        capture = self._captures.get((where.name, where.switch))
 
         def transmit(frames: list) -> None:
             now = env.now
             free = self._host_free[i]
             for parts in frames:
                 frame = bytearray().join(parts)
-                free = (free if free > now else now) + len(frame) * bit
+                start = free if free > now else now
+                if capture is not None:
+                    capture(start, frame)
+                free = start + len(frame) * bit
                 if jitter:
                     at = free + delay + rng.random() * jitter
                     last = self._host_last[i]
@@ -535,12 +547,15 @@ def train_jobs(
     outs: list[IO[str]] | None = None,
     watch: Callable[[VirtualFabric, list[Rank]], Generator] | None = None,
     jitter_frames: float = 0.0,
+    captures: Mapping[tuple[str, str], Callable[[float, bytearray], None]] | None = None,
 ) -> tuple[VirtualFabric, list[Rank], list[IO[str]]]:
-    """Run training jobs side by side on one fabric, each on its own hosts, until all end.
+    """Run training jobs side by side on one fabric, each on its own hosts, until all end;
+    `limit_s` of virtual time bounds their training, not the ranks' linger after it.
 
     Ranks come back job after job, in rank order, and so do `outs`; a host no job uses
     runs the first job's agent configuration and stays idle. The fabric's randomness
-    (its jitter too, `jitter_frames`: VirtualFabric) is seeded by the first job's seed."""
+    (its jitter too, `jitter_frames`: VirtualFabric) is seeded by the first job's seed;
+    `captures` record the frames of the links they name (VirtualFabric)."""
     where = host_ports(fabric)
     owner: dict[int, Job] = {}
     for job in jobs:
@@ -559,6 +574,7 @@ def train_jobs(
         seed=jobs[0].cfg.seed,
         logs=logs,
         jitter_frames=jitter_frames,
+        captures=captures,
     )
     if outs is None:
         outs = [io.StringIO() for job in jobs for _ in job.placement]
@@ -584,7 +600,10 @@ def train_jobs(
     sim.start()
     if watch is not None:
         sim.env.process(watch(sim, ranks))
-    sim.run(lambda: all(r.finished for r in ranks), limit_s)
+    sim.run(lambda: all(r.trained for r in ranks), limit_s)
+    # Each rank goes on acknowledging for LINGER_S after its training (workload.rank): the
+    # time limit bounds training, not that tail.
+    sim.run(lambda: all(r.finished for r in ranks), sim.now + 2 * LINGER_S)
     return sim, ranks, outs
 
 

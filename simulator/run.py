@@ -6,7 +6,8 @@ table entries are the ones an emulated run is given; only the engine differs
 (`simulator.engine`: virtual time, no processes, no root). The run writes the
 same per-host records (`<host>.train.jsonl`, `<host>.agent.jsonl`), which the
 sweep collects (`runs.collect`) as it does an emulated run's, so its RunResult,
-runs.json, table and plots read exactly like an emulated run's.
+runs.json, table and plots read exactly like an emulated run's. The links the run
+captures (`--pcap`) are written to pcapng as the frames cross them (simulator.capture).
 
 The simulated fabric runs at its own rates (400 Gbps host links, no rate
 scaling) with byte quantities divided by `runplan.fabric.DEFAULT_BYTE_SCALE`,
@@ -25,6 +26,7 @@ from common import records
 from controller.topology import parse as parse_description
 from host_agent.host import HostConfig
 from runplan.run import EngineResult, RunError, RunPlan
+from simulator.capture import Capture
 from simulator.engine import Job, SimulationError, VirtualFabric, sim_endpoints, train_jobs
 
 SAMPLE_EVERY_S = 0.5e-3
@@ -65,6 +67,24 @@ def simulate(
         )
     timeline: list[dict] = []
     with ExitStack() as stack:
+        captures = []
+        recorders = {}
+        for wanted in run.captures:
+            link = wanted.link
+            capture = Capture(
+                wanted.path,
+                wanted.name,
+                link.a,
+                link.b,
+                time_scale=time_scale,
+                snaplen=config.captures.snaplen,
+                max_frames=config.captures.max_frames,
+            )
+            stack.callback(capture.close)
+            captures.append(capture)
+            # a host link's first end is the host, whose NIC is handed frames ahead of time
+            recorders[link.a, link.b] = capture.recorder(link.a, ahead=link.a_port is None)
+            recorders[link.b, link.a] = capture.recorder(link.b)
         logs = [
             stack.enter_context(open(run.stats_files[h.name], "w", encoding="utf-8"))
             for h in fabric_plan.hosts
@@ -97,6 +117,7 @@ def simulate(
                 outs=outs,
                 watch=sampler,
                 jitter_frames=config.jitter_frames,
+                captures=recorders,
             )
         except SimulationError as err:
             raise RunError(f"{label or config.policy}: {err}") from None
@@ -119,4 +140,4 @@ def simulate(
             f"{first.totals['bound_violations']} bound violations"
         )
         raise RunError(f"{len(failed)} rank(s) failed, rank {first.cfg.rank}: {reason}")
-    return EngineResult(counters, timeline)
+    return EngineResult(counters, timeline, captures=[c.summary() for c in captures])

@@ -1,5 +1,7 @@
-"""The study's plots: all-reduce time CDFs per variant, trims per fifth of a step, and the time
-each variant saves against its baseline with its seed range beside the note's."""
+"""The study's plots: all-reduce time CDFs per variant, trims per fifth of a step, and each
+variant's training time against its baseline with its seed range beside the note's. Every change
+in training time is plotted as the tables print it: percent against the baseline, negative when
+faster."""
 
 from __future__ import annotations
 
@@ -95,29 +97,35 @@ def plot_trims_per_fifth(path: Path, runs: fg.Runs) -> None:
     save_figure(fig, path)
 
 
-def plot_time_saved(path: Path, runs: fg.Runs) -> None:
-    """Training time saved against each variant's baseline: the median over seeds as a bar,
-    the seeds' range as an error bar, the note's range as a black line where it has one."""
+def plot_time_change(path: Path, runs: fg.Runs) -> None:
+    """Each variant's training time against its baseline, percent, in the table's sign
+    (negative: faster): the median over seeds as a bar, the seeds' range as an error bar, the
+    note's range as a black line where it has one."""
     rows = []
     for name, baseline, claim in SAVINGS:
-        saved = [-x for x in fg.time_change(runs, name, baseline).values() if x is not None]
-        if saved:
-            rows.append((f"{name} vs {baseline}", sorted(saved), claim))
+        change = [x for x in fg.time_change(runs, name, baseline).values() if x is not None]
+        if change:
+            rows.append((f"{name} vs {baseline}", sorted(change), claim))
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.5))
-    for y, (_, saved, claim) in enumerate(rows):
-        mid = statistics.median(saved)
+    for y, (_, change, claim) in enumerate(rows):
+        mid = statistics.median(change)
         ax.barh(y, mid, color="tab:blue", alpha=0.7)
-        ax.errorbar(mid, y, xerr=[[mid - saved[0]], [saved[-1] - mid]], color="tab:blue", capsize=3)
+        ax.errorbar(
+            mid, y, xerr=[[mid - change[0]], [change[-1] - mid]], color="tab:blue", capsize=3
+        )
         note = BY_KEY[claim].note if claim else None
         if note is not None and None not in note:
-            lo, hi = sorted(-x for x in note)  # type: ignore[operator]
+            lo, hi = sorted(note)  # type: ignore[type-var]
             ax.plot([lo, hi], [y, y], color="black", lw=4, solid_capstyle="butt")
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([label for label, _, _ in rows], fontsize=8)
     ax.invert_yaxis()
     ax.axvline(0, color="grey", lw=0.8)
-    ax.set_xlabel("training time saved, % (bar: median over seeds, whiskers: range; black: note)")
-    ax.set_title("Time saved per variant")
+    ax.set_xlabel(
+        "training time against the baseline, % (negative: faster; bar: median over seeds, "
+        "whiskers: range; black: the note)"
+    )
+    ax.set_title("Training time per variant against its baseline")
     ax.grid(alpha=0.3, axis="x")
     save_figure(fig, path)
 
@@ -126,31 +134,29 @@ def plot_all(folder: Path, runs: fg.Runs) -> list[Path]:
     paths = [
         folder / "allreduce_cdf.png",
         folder / "trims_per_fifth.png",
-        folder / "time_saved.png",
+        folder / "time_vs_baseline.png",
     ]
     plot_allreduce_cdfs(paths[0], runs)
     plot_trims_per_fifth(paths[1], runs)
-    plot_time_saved(paths[2], runs)
+    plot_time_change(paths[2], runs)
     return paths
 
 
-def _medians_and_ranges(per_seed: dict[int, float | None], sign: float = 1.0):
-    present = sorted(sign * x for x in per_seed.values() if x is not None)
+def _medians_and_ranges(per_seed: dict[int, float | None]):
+    present = sorted(x for x in per_seed.values() if x is not None)
     if not present:
         return None
     mid = statistics.median(present)
     return mid, (mid - present[0], present[-1] - mid)
 
 
-def _cell_points(
-    ax, points, y_sign: float, color: str, x_sign: float = 1.0
-) -> list[tuple[str, tuple[float, float]]]:
+def _cell_points(ax, points, color: str) -> list[tuple[str, tuple[float, float]]]:
     """One point per regime cell at its medians, its seed ranges as error bars; `points` are
-    (cell name, x per seed, y per seed), each axis's values times its sign. Returns each
-    cell's name and point, for `_place_labels` once the axes hold everything else."""
+    (cell name, x per seed, y per seed). Returns each cell's name and point, for
+    `_place_labels` once the axes hold everything else."""
     placed = []
     for name, xs, ys in points:
-        x, y = _medians_and_ranges(xs, x_sign), _medians_and_ranges(ys, y_sign)
+        x, y = _medians_and_ranges(xs), _medians_and_ranges(ys)
         if x is None or y is None:
             continue
         ax.errorbar(x[0], y[0], xerr=[[x[1][0]], [x[1][1]]], yerr=[[y[1][0]], [y[1][1]]],
@@ -211,45 +217,44 @@ def _label(ax, name: str, xy: tuple[float, float], offset: tuple[int, int], line
     )  # fmt: skip
 
 
-def plot_saving_vs_slack(path: Path, cells, fitted) -> None:
-    """forgive's saving against the baseline's slack, a point per regime cell with its seed
-    ranges, the note's own point, and the least-squares line with its RMS residual."""
+def plot_change_vs_slack(path: Path, cells, fitted) -> None:
+    """forgive's training time against tight (the table's sign: negative is faster) against
+    the baseline's slack, a point per regime cell with its seed ranges, the note's own point,
+    and the least-squares line (`regime.fit`, of the saving, drawn in the same sign)."""
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    placed = _cell_points(
-        ax, [(c.cell.name, c.slack, c.change_pct) for c in cells], -1.0, "tab:blue"
-    )
+    placed = _cell_points(ax, [(c.cell.name, c.slack, c.change_pct) for c in cells], "tab:blue")
     lo, hi = NOTE_SAVING
-    ax.errorbar(NOTE_SLACK, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="*", ms=14, color="black",
-                label=f"the note: slack {NOTE_SLACK:.2f}, saving {lo:g} to {hi:g} %")  # fmt: skip
+    ax.errorbar(NOTE_SLACK, -(lo + hi) / 2, yerr=(hi - lo) / 2, fmt="*", ms=14, color="black",
+                label=f"the note: slack {NOTE_SLACK:.2f}, {-hi:g} to {-lo:g} %")  # fmt: skip
     if fitted is not None:
         slope, intercept, rms = fitted
         xs = [min(1.0, *ax.get_xlim()), max(NOTE_SLACK, ax.get_xlim()[1])]
-        ax.plot(xs, [slope * x + intercept for x in xs], "--", color="tab:red",
-                label=f"fit over the cells: {slope:.2f} points per unit of slack "
-                f"{intercept:+.2f}, RMS residual {rms:.2f} points")  # fmt: skip
+        ax.plot(xs, [-(slope * x + intercept) for x in xs], "--", color="tab:red",
+                label=f"fit over the cells: {-slope:+.2f} points per unit of slack "
+                f"{-intercept:+.2f}, RMS residual {rms:.2f} points")  # fmt: skip
     ax.axhline(0, color="grey", lw=0.8)
     ax.axvline(1, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("tight's non-critical all-reduce / its line-rate bound (the baseline's slack)")
-    ax.set_ylabel("forgive's training time saved against tight, %")
-    ax.set_title("Where the exemption pays: saving against the baseline's slack")
+    ax.set_ylabel("forgive's training time against tight, % (negative: faster)")
+    ax.set_title("Where the exemption pays: forgive against tight, by the baseline's slack")
     ax.legend(fontsize=8, loc="center right")  # clear of the note's star and of the cells
     ax.grid(alpha=0.3)
     _place_labels(ax, placed)
     save_figure(fig, path)
 
 
-def plot_given_up_vs_saving(path: Path, cells) -> None:
-    """Gradient bytes given up against the saving, a point per regime cell."""
+def plot_given_up_vs_change(path: Path, cells) -> None:
+    """Gradient bytes given up against forgive's change in training time, a point per cell."""
     fig, ax = plt.subplots(figsize=(8, 5))
     points = [(c.cell.name, c.change_pct, c.given_up_pct) for c in cells]
-    placed = _cell_points(ax, points, 1.0, "tab:green", x_sign=-1.0)
+    placed = _cell_points(ax, points, "tab:green")
     lo, hi = NOTE_SAVING
-    ax.plot((lo + hi) / 2, 7.56, "*", ms=14, color="black",
-            label="the note: 16.1 to 16.7 % saved, 7.55 to 7.57 % given up")  # fmt: skip
+    ax.plot(-(lo + hi) / 2, 7.56, "*", ms=14, color="black",
+            label=f"the note: {-hi:g} to {-lo:g} %, 7.55 to 7.57 % given up")  # fmt: skip
     ax.axvline(0, color="grey", lw=0.8)
-    ax.set_xlabel("forgive's training time saved against tight, %")
+    ax.set_xlabel("forgive's training time against tight, % (negative: faster)")
     ax.set_ylabel("gradient bytes given up, %")
-    ax.set_title("What the saving costs: bytes given up")
+    ax.set_title("What the change costs: bytes given up")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     _place_labels(ax, placed)
@@ -257,7 +262,7 @@ def plot_given_up_vs_saving(path: Path, cells) -> None:
 
 
 def plot_regime(folder: Path, cells, fitted) -> list[Path]:
-    paths = [folder / "saving_vs_slack.png", folder / "given_up_vs_saving.png"]
-    plot_saving_vs_slack(paths[0], cells, fitted)
-    plot_given_up_vs_saving(paths[1], cells)
+    paths = [folder / "change_vs_slack.png", folder / "given_up_vs_change.png"]
+    plot_change_vs_slack(paths[0], cells, fitted)
+    plot_given_up_vs_change(paths[1], cells)
     return paths

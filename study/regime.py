@@ -279,6 +279,22 @@ def table_rows(cells: Sequence[CellFigures]) -> list[list[str]]:
 
 
 HEADER = ["cell", "ring step / buffer", *(title for _, title in COLUMNS)]
+MEANINGS = {
+    "cell": "what the cell changes from the base point (base: nothing)",
+    "ring step / buffer": "the bytes one ring step puts on the busiest leaf uplink over the "
+    "port's data queue",
+    "tight AR / bound": "tight's non-critical all-reduce time over its line-rate bound: the "
+    f"baseline's slack (the note's: {NOTE_SLACK:.2f})",
+    "forgive vs tight %": "forgive's training time against tight's of the same seed, percent; "
+    "negative when forgive is faster (the plots use the same sign)",
+    "given up %": "gradient bytes forgive forgave, percent of those sent",
+    "trim % tight": "DATA packets trimmed under tight, percent of those sent",
+    "trim % forgive": "the same under forgive",
+    "CNPs / tight's": "forgive's congestion notifications over tight's",
+    "RTOs / tight's": "forgive's retransmission timeouts over tight's",
+}
+"""What each column of HEADER means, as the page defines it; every figure is given per seed as
+lo..hi (n), n the seeds that gave it a value."""
 
 
 def format_table(cells: Sequence[CellFigures]) -> str:

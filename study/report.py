@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runs.csvfile import Labelled, write_runs_csv
 from runs.results import render_table
 from study import page
 from study.claims import WITHIN, Verdict, number
@@ -47,6 +48,19 @@ def _claimed(verdict: Verdict) -> str:
 
 
 HEADER = ["figure", "note", "claims", "this study (seeds)", "median", "direction", "x2"]
+MEANINGS = {
+    "figure": "the row's number and what it measures; [n] below quotes the note's sentence",
+    "note": "the note's value or range (Results ¶n); percent changes in training time are "
+    "against the baseline, negative when faster, as everywhere on this page",
+    "claims": "what the note claims of the figure: its side of a reference (a number, or #n, "
+    "another row's), or a band it lies within",
+    "this study (seeds)": "this study's range over seeds, and in parentheses how many seeds "
+    "gave it a value",
+    "median": "the median over those seeds",
+    "direction": "yes if the median lies on the side the note claims (or inside its band)",
+    "x2": "yes if the median is within a factor of two of the note's value (the rule above)",
+}
+"""What each column of HEADER means, as the page defines it."""
 
 
 def table_rows(verdicts: Sequence[Verdict]) -> list[list[str]]:
@@ -120,9 +134,11 @@ def write(
     verdicts: Sequence[Verdict],
     runs: Runs,
     meta: Mapping[str, Any],
+    labelled: Sequence[Labelled],
     title: str = "forgive study note",
 ) -> str:
-    """table.txt, study.json, the plots, report.html and runs.csv; returns the table."""
+    """table.txt, study.json, the plots, report.html and runs.csv (a row per run of
+    `labelled`); returns the table."""
     folder.mkdir(parents=True, exist_ok=True)
     table = format_table(verdicts) + "\n\n" + summary_line(verdicts)
     (folder / "table.txt").write_text(table + "\n")
@@ -134,7 +150,18 @@ def write(
         (v.claim.key, v.median, cells)
         for v, cells in zip(verdicts, table_rows(verdicts), strict=True)
     ]
-    notes = [*quotes(verdicts), VERDICT_RULE, summary_line(verdicts)]
-    page.write_page(folder, title, HEADER, rows, notes, meta, images)
-    page.write_runs_csv(folder, runs)
+    page.write_page(
+        folder,
+        page.Page(
+            title,
+            HEADER,
+            rows,
+            MEANINGS,
+            meta,
+            images,
+            legend=[VERDICT_RULE, summary_line(verdicts)],
+            notes=quotes(verdicts),
+        ),
+    )
+    write_runs_csv(folder, labelled)
     return table

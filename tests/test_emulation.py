@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fabric_harness import FORGIVE, MININET
+from tshark_harness import check_capture
 
 from workload.lossrecord import LossRecord
 
@@ -54,11 +56,26 @@ def test_short_run_completes_with_accounting_that_adds_up(tmp_path, clean):
         check=True,
     )
     out = tmp_path / "results"
+    captured = ["--pcap", "h1,leaf1-spine1"] if shutil.which("dumpcap") else []
     proc = subprocess.run(
-        [*FORGIVE, "run", *SHORT, "--out", str(out)], capture_output=True, text=True, timeout=300
+        [*FORGIVE, "run", *SHORT, *captured, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert "removed what a killed run left behind: veth leaf1-eth3" in proc.stderr
+    # what forgive-ctl takes to reach the running switches, and the captures tshark reads
+    assert set(json.loads((out / "forgive-seed1" / "fabric.json").read_text())["switches"]) == {
+        "leaf1",
+        "leaf2",
+        "spine1",
+    }
+    if captured and shutil.which("tshark"):
+        for link in ("h1", "leaf1-spine1"):
+            rows = check_capture(out / "forgive-seed1" / f"{link}.pcapng", tmp_path, 128)
+            assert {r["opcode"] for r in rows} >= {"DATA", "ACK"}
+            assert f"capture {link}: " in proc.stderr
     assert "forgive seed 1: step 3/3" in proc.stderr
     assert proc.stdout.splitlines()[0].startswith("policy")
     (run,) = json.loads((out / "runs.json").read_text())

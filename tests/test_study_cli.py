@@ -65,7 +65,7 @@ def test_every_variant_runs_once_and_the_table_follows(tmp_path, stand_in_engine
     assert "-16.7..-16.1" in row and "-15.8..-15.7 (2)" in row  # (84+s)/(100+s) - 1
     doc = json.loads((tmp_path / "out" / "study.json").read_text())
     assert doc["variants"]["dcqcn"] == [1, 2] and doc["seeds"] == [1, 2]
-    assert (tmp_path / "out" / "time_saved.png").exists()
+    assert (tmp_path / "out" / "time_vs_baseline.png").exists()
     # again: everything from the cache, nothing run
     assert study(tmp_path) == 0
     assert len((tmp_path / "cache" / "calls").read_text().splitlines()) == len(calls)

@@ -222,7 +222,9 @@ def test_the_report_writes_a_table_json_and_plots(tmp_path):
 
     runs = study_runs()
     verdicts = judge(CLAIMS, runs)
-    table = report.write(tmp_path, verdicts, runs, {"engine": "test"})
+    from test_study_report import labelled
+
+    table = report.write(tmp_path, verdicts, runs, {"engine": "test"}, labelled(runs))
     lines = table.splitlines()
     row = next(line for line in lines if "forgive: training time vs tight" in line)
     assert "-16.7..-16.1" in row and "-16.0 (3)" in row and row.rstrip().endswith("yes  yes")
@@ -232,7 +234,7 @@ def test_the_report_writes_a_table_json_and_plots(tmp_path):
     assert doc["engine"] == "test" and doc["variants"][v.FORGIVE] == [1, 2, 3]
     first = next(c for c in doc["claims"] if c["key"] == "fifths.first")
     assert first["values"] == {"1": 10.0, "2": 10.0, "3": 10.0} and first["direction"] is True
-    for name in ("allreduce_cdf.png", "trims_per_fifth.png", "time_saved.png"):
+    for name in ("allreduce_cdf.png", "trims_per_fifth.png", "time_vs_baseline.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 

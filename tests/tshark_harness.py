@@ -92,3 +92,18 @@ def assert_same_rows(theirs: list[dict], ours: list[dict]) -> None:
     for a, b in zip(theirs, ours, strict=True):
         assert abs(a["time"] - b["time"]) < 1e-6, (a, b)
         assert {**a, "time": 0} == {**b, "time": 0}
+
+
+def check_capture(capture: Path, home: Path, snaplen: int) -> list[dict]:
+    """A capture as both readers see it: tshark's rows equal forgive-dissect's frame by frame,
+    scapy reads every frame, none longer than `snaplen`; returns forgive-dissect's rows."""
+    from scapy.utils import rdpcap
+
+    from commands import dissect
+
+    ours = list(dissect.rows(str(capture)))
+    assert_same_rows(rows(capture, home), ours)
+    frames = rdpcap(str(capture))
+    assert len(frames) >= len(ours) > 0
+    assert all(len(f) <= snaplen for f in frames)
+    return ours

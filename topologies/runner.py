@@ -1,7 +1,8 @@
 """One emulated training run on a Mininet fabric of FORGIVE switches, start to teardown.
 
 `emulate` takes a `FabricRun` through its steps: build the network from a
-compiled run plan's fabric (switch model or BMv2), configure every switch
+compiled run plan's fabric (switch model or BMv2), start dumpcap on each link
+the run captures (`--pcap`), configure every switch
 through the controller, start one `forgive-train` (training loop and host
 agent in one process) per host, sample the switches' counters while the steps
 run and watch every trainer and switch process, and hand back what the
@@ -12,7 +13,9 @@ processes and Mininet links are removed before it returns.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,7 +32,7 @@ import grpc
 
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import parse as parse_description
-from runplan.run import EngineResult, RunConfig, RunError, RunPlan
+from runplan.run import EngineResult, LinkCapture, RunConfig, RunError, RunPlan
 from switch_model.surface import PortCounters
 from topologies.leftovers import clear_leftovers, fabric_lock
 from topologies.processes import is_stopped, stop_process
@@ -37,6 +40,10 @@ from topologies.steps import StepProgress
 
 MTU = 9000
 SAMPLE_EVERY_S = 0.5
+CAPTURE_START_S = 10.0
+"""How long dumpcap may take to open its interface."""
+CAPTURED = re.compile(r"Packets captured: (\d+)")
+"""dumpcap's last word on a capture: the frames it wrote."""
 
 
 def _stderr(line: str) -> None:
@@ -123,6 +130,8 @@ class FabricRun:
         self.timeline: list[dict[str, Any]] = []
         self.counters: dict[str, dict[str, int]] = {}
         self.restarts: list[dict[str, Any]] = []
+        self._captures: list[tuple[LinkCapture, Path]] = []
+        """Each link captured, with dumpcap's log (which ends with the frames it wrote)."""
         self._last_totals: dict[str, dict[str, int]] = {}
         self._earlier_lives: dict[str, dict[str, int]] = {}
         self._stack = ExitStack()
@@ -167,11 +176,14 @@ class FabricRun:
             raise RunError(str(err)) from None
 
     def configure(self) -> None:
-        """Every switch configured over P4Runtime; the controller stays primary for the run."""
+        """Every switch configured over P4Runtime; the controller stays primary for the run.
+        The description it is given goes to `fabric.json` in the run's folder first."""
         from controller.fabric_control import FabricController
 
         endpoints = {s.name: s.spec() for s in self.net.switches}
         description = self.plan.controller_description(endpoints)
+        # the running switches as `forgive-ctl` (counters, shell) takes them, mid-run
+        (self.out_dir / "fabric.json").write_text(json.dumps(description, indent=1))
         with self._failures("configuring the switches"):
             self.controller = FabricController(
                 parse_description(description), P4INFO, DEVICE_CONFIG
@@ -180,6 +192,32 @@ class FabricRun:
             for switch in self.net.switches:
                 self.controller.clients[switch.name].gone = partial(_exited, switch)
             self.controller.apply()
+
+    def capture(self) -> None:
+        """dumpcap on each link the run captures (`--pcap`), on the interface of the link's
+        first end (a host's in its namespace, a leaf's in the root one), both directions, with
+        the run's snap length and frame cap; each is capturing before the trainers start and
+        is stopped, its file closed, before the network goes."""
+        captures = self.config.captures
+        for wanted in self.run_plan.captures:
+            node, peer = self.net.get(wanted.link.a), self.net.get(wanted.link.b)
+            interface = node.connectionsTo(peer)[0][0].name
+            log_path = self.log_dir / f"{wanted.name}.dumpcap.log"
+            command = ["dumpcap", "-i", interface, "-s", str(captures.snaplen), "-c",
+                       str(captures.max_frames), "-w", str(wanted.path)]  # fmt: skip
+            wanted.path.unlink(missing_ok=True)
+            with open(log_path, "wb") as log:
+                proc = node.popen(command, stdout=log, stderr=subprocess.STDOUT)
+            self._stack.callback(stop_process, proc, timeout=5)
+            self._captures.append((wanted, log_path))
+            deadline = time.monotonic() + CAPTURE_START_S
+            while "Capturing on" not in log_path.read_text(errors="replace"):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RunError(
+                        f"--pcap {wanted.name}: dumpcap on {interface} did not start: "
+                        f"{_last_line(log_path)}"
+                    )
+                time.sleep(0.05)
 
     def start(self) -> None:
         """One `forgive-train` per rank of each job, on its host, given its entry of the run
@@ -235,9 +273,16 @@ class FabricRun:
         self.counters = self._totals()
 
     def result(self) -> EngineResult:
-        """What the switches counted over the run (after `run`); the records are in the
-        plan's files."""
-        return EngineResult(self.counters, self.timeline, self.restarts)
+        """What the switches counted over the run (after `run`), and (after `stop`) what each
+        capture holds; the records are in the plan's files."""
+        captures = []
+        for wanted, log_path in self._captures:
+            said = CAPTURED.search(log_path.read_text(errors="replace"))
+            frames = int(said.group(1)) if said else None
+            captures.append(
+                {"link": wanted.name, "path": str(wanted.path), "frames": frames, "over_cap": None}
+            )
+        return EngineResult(self.counters, self.timeline, self.restarts, captures)
 
     # -- watching the switches -------------------------------------------------------
 
@@ -358,6 +403,10 @@ def check(config: RunConfig) -> None:
         if reason:
             raise RunError(f"--switch bmv2: {reason}")
     require_root()
+    if config.captures.links and shutil.which("dumpcap") is None:
+        raise RunError(
+            "--pcap under Mininet needs dumpcap: install Debian's tshark (make setup does)"
+        )
 
 
 def emulate(
@@ -375,6 +424,7 @@ def emulate(
         if cleared:
             say(f"forgive: removed what a killed run left behind: {', '.join(cleared)}")
         fabric.build()
+        fabric.capture()
         fabric.configure()
         fabric.start()
         fabric.run()

@@ -135,6 +135,9 @@ class Rank:
         self.marks: dict[str, float] = {}
         self.totals: Counter = Counter()
         self.finished = False
+        self.trained = False
+        """Training is over: its last step done (TRAIN_DONE recorded) or the rank failed;
+        `finished` follows once the rank has lingered (LINGER_S)."""
         self.steps_done = 0
         """The last step this rank has finished (its barrier passed)."""
         self.failure: str | None = None
@@ -337,7 +340,7 @@ class Rank:
         if self.failure is None:
             self.failure = reason
             self._record(records.TRAIN_FAILED, reason=reason, time=now - self.started)
-        self.finished = True
+        self.trained = self.finished = True
 
     # ----- the training loop ---------------------------------------------------------
 
@@ -532,6 +535,7 @@ class Rank:
             content_errors=self.totals["content_errors"],
             bound_violations=self.totals["bound_violations"],
         )
+        self.trained = True
         self._call_at(now + LINGER_S, self._linger_over)
 
     def _linger_over(self, now: float) -> None:
