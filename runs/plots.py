@@ -123,7 +123,7 @@ def last_change(timeline: Sequence[dict[str, Any]]) -> float:
     simulator's ranks go on acknowledging for workload.rank.LINGER_S after training)."""
     last = timeline[-1]
     for sample in reversed(timeline):
-        if (sample["trims"], sample["ce_marks"]) != (last["trims"], last["ce_marks"]):
+        if (sample["trims"], sample.get("ce_marks")) != (last["trims"], last.get("ce_marks")):
             return sample["t"]
     return timeline[0]["t"]
 

@@ -22,7 +22,9 @@ def test_scaling_rule():
     assert sc.rate(400e9) == 20_000_000 and sc.rate(100e9) == 5_000_000
     assert sc.size(4 << 20) == 65536
     assert sc.duration(55e-6) == pytest.approx(55e-6 * 312.5)
-    with pytest.raises(ScalingError, match="under 4 frames; lower byte_scale"):
+    with pytest.raises(
+        ScalingError, match=r"under 4 full frames \(4 x 4154 = 16616 B\); lower the byte scale"
+    ):
         Scaling(byte_scale=4096).queue(4 << 20, "data_queue_bytes")
     with pytest.raises(ScalingError, match="faster"):
         Scaling(host_link_bps=1e12)
@@ -93,7 +95,7 @@ def test_fabric_file_round_trip(tmp_path):
         ),
         (
             "leaves = 2\nspines = 1\nhosts_per_leaf = 2\n[emulation]\nbyte_scale = 10000\n",
-            "lower byte_scale",
+            "lower the byte scale",
         ),
         (
             "leaves = 2\nspines = 1\nhosts_per_leaf = 2\n[emulation]\nhost_link_mbps = 0\n",
@@ -162,7 +164,7 @@ def test_rescaling_a_fabric_file_keeps_its_own_shape_even_under_a_preset_name(tm
     spec = _fabric(args)
     assert (spec.leaves, spec.spines, spec.scaling.host_link_bps) == (3, 2, 10e6)
     args = argparse.Namespace(fabric=str(path), host_link_mbps=None, byte_scale=10_000.0)
-    with pytest.raises(FabricError, match="lower byte_scale"):
+    with pytest.raises(FabricError, match="lower the byte scale"):
         _fabric(args)
 
 
@@ -205,7 +207,7 @@ def files(tmp_path) -> dict[str, str]:
         (["--compute-ms=-inf"], "--compute-ms must be a finite number >= 0, got -inf"),
         (["--host-link-mbps", "0"], "--host-link-mbps must be a finite number > 0, got 0.0"),
         (["--host-link-mbps", "0.01"], "--host-link-mbps 0.01: host_link_gbps = 400 scales to"),
-        (["--byte-scale", "0.5"], "--byte-scale 0.5: byte_scale must be a finite number >= 1"),
+        (["--byte-scale", "0.5"], "--byte-scale must be a finite number >= 1, got 0.5"),
         (["--fabric", "inf.toml"], "inf.toml: host_link_gbps must be a finite number, got inf"),
         (["--fabric", "nan.toml"], "nan.toml: [emulation] byte_scale must be a finite number"),
         (["--fabric", "binary.toml"], "binary.toml: not TOML (not UTF-8 text"),

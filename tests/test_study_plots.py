@@ -17,11 +17,11 @@ def _boxes(fig, labels):
 def test_labels_of_a_dense_cluster_cover_neither_each_other_nor_a_point():
     rng = random.Random(1)
     cells = [
-        (f"cell-{i}=x", {1: 1.1 + rng.random() * 0.2, 2: 1.15}, {1: -rng.random(), 2: -0.5})
+        (f"cell-{i}=x", {1: 1.1 + rng.random() * 0.2, 2: 1.15}, {1: rng.random(), 2: 0.5})
         for i in range(12)
     ]
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    placed = plots._cell_points(ax, cells, -1.0, "tab:blue")
+    placed = plots._cell_points(ax, cells, "tab:blue")
     ax.plot([0, 5], [0, 17])  # the axes' limits as a plot's fit line would stretch them
     ax.legend(["line"], loc="center right")
     labels = plots._place_labels(ax, placed)
@@ -43,7 +43,7 @@ def test_labels_of_a_dense_cluster_cover_neither_each_other_nor_a_point():
 
 def test_a_lone_cell_is_labelled_beside_its_point_without_a_line():
     fig, ax = plt.subplots()
-    placed = plots._cell_points(ax, [("base", {1: 1.0}, {1: -2.0})], -1.0, "tab:blue")
+    placed = plots._cell_points(ax, [("base", {1: 1.0}, {1: 2.0})], "tab:blue")
     ax.set_xlim(0, 2)
     ax.set_ylim(0, 4)
     (label,) = plots._place_labels(ax, placed)
