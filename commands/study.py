@@ -435,7 +435,7 @@ def main_regime(args: argparse.Namespace) -> int:
     print(table)
     say(
         f"\nwall time {wall:.0f} s for {made} runs ({cached} more from the cache); results: "
-        f"{out} (table.txt, regime.json, report.html, runs.csv, *.png)"
+        f"{out} (table.txt, regime.json, report.html, runs.csv, *.png, *.pdf)"
     )
     return 0
 
@@ -513,6 +513,6 @@ def main(args: argparse.Namespace) -> int:
     print(table)
     say(
         f"\nwall time {wall:.0f} s for {len(planned) - cached} runs ({cached} more from the "
-        f"cache); results: {out} (table.txt, study.json, *.png)"
+        f"cache); results: {out} (table.txt, study.json, report.html, runs.csv, *.png, *.pdf)"
     )
     return 0

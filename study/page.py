@@ -38,8 +38,8 @@ table { border-collapse: collapse; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 td.no { background: #fde2e2; } td.yes { background: #e3f5e1; }
-dl.meta dt { font-weight: bold; float: left; clear: left; width: 12em; }
-dl.meta dd { margin-left: 13em; }
+dl.meta { display: grid; grid-template-columns: max-content auto; gap: 0.15em 1.5em; }
+dl.meta dt { font-weight: bold; } dl.meta dd { margin: 0; }
 dl.columns dt { font-weight: bold; } dl.columns dd { margin: 0 0 0.4em 2em; font-size: 0.9em; }
 p.warning { background: #fff4ce; border-left: 4px solid #e0a800; padding: 0.5em 1em; }
 p.legend { background: #eef3fb; border-left: 4px solid #3b6fb6; padding: 0.5em 1em; }
