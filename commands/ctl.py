@@ -6,6 +6,9 @@
     forgive-ctl sonic FABRIC [--switch s1]   (the trimming as SONiC config DB, JSON)
     forgive-ctl shell SWITCH [--topology T] [-c CODE]   (p4runtime-shell on a running switch)
 
+Every command that dials the switches takes --tls-ca CA [--tls-cert PEM --tls-key PEM]
+[--tls-server-name NAME] to speak P4Runtime over TLS (mutual TLS with the pair).
+
 `counters --trim` prints SAI's trim counters per port and trimming queue:
 trimmed, trimmed and sent, trimmed but dropped. `sonic` takes a description
 (.json), a fabric file (.toml) or a fabric preset (2to1, ...) and touches no
@@ -26,9 +29,11 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import grpc
 
+from common.tls import ClientTls, TlsError
 from controller import DEVICE_CONFIG, P4INFO
 from controller.client import SwitchUnreachable, WriteFailed
 from controller.p4info import ConfigError
@@ -61,6 +66,35 @@ def format_counters(switch: str, rows: dict[int, PortCounters], columns=COUNTER_
         cells = "".join(f"{values[name]:>{w}}" for name, w in columns)
         lines.append(f"{switch:<8}{port:>5}{cells}")
     return "\n".join(lines)
+
+
+def add_tls_options(parser: argparse.ArgumentParser) -> None:
+    """P4Runtime over TLS to every switch of the fabric, as forgive-switch and BMv2's
+    --grpc-server-ssl serve it (docs/switch_model.md, "P4Runtime over TLS")."""
+    tls = parser.add_argument_group("P4Runtime over TLS (off by default)")
+    tls.add_argument(
+        "--tls-ca", type=Path, metavar="PEM", help="the CA of the switches' certificates"
+    )
+    tls.add_argument(
+        "--tls-cert", type=Path, metavar="PEM", help="the controller's certificate (mutual TLS)"
+    )
+    tls.add_argument("--tls-key", type=Path, metavar="PEM", help="its private key")
+    tls.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="the name the switches' certificates carry, where it is not their address's host",
+    )
+
+
+def client_tls(args: argparse.Namespace) -> ClientTls | None:
+    """The TLS options as the controller's ClientTls, checked (TlsError in one line)."""
+    if args.tls_ca is None:
+        if args.tls_cert or args.tls_key or args.tls_server_name:
+            raise TlsError("--tls-cert, --tls-key and --tls-server-name need --tls-ca")
+        return None
+    tls = ClientTls(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
+    tls.pems()
+    return tls
 
 
 def load_fabric(name: str) -> Fabric:
@@ -103,9 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         "--switch", action="append", help="only these switches (counters, tm-config, sonic)"
     )
     parser.add_argument("--trim", action="store_true", help="counters: the trim counters")
+    add_tls_options(parser)
     args = parser.parse_args(argv)
     controller = None
     try:
+        tls = client_tls(args)
         fabric = load_fabric(args.topology) if args.command == "sonic" else load(args.topology)
         chip = next(iter({s.target for s in fabric.switches.values()} & set(CHIPS)), None)
         names = args.switch or sorted(fabric.switches)
@@ -124,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             fabric,
             args.p4info or (p4info_path(chip) if chip else P4INFO),
             args.device_config or (device_config_path(chip) if chip else DEVICE_CONFIG),
+            tls,
         )
         if args.command == "apply":
             for name, report in controller.apply().items():
@@ -137,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             columns = TRIM_COLUMNS if args.trim else COUNTER_COLUMNS
             for name in names:
                 print(format_counters(name, controller.counters(name), columns))
-    except ConfigError as err:
+    except (ConfigError, TlsError) as err:
         print(f"forgive-ctl: {err}", file=sys.stderr)
         return 2
     except (SwitchUnreachable, WriteFailed, ShapingFailed) as err:

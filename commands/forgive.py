@@ -201,6 +201,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, help="results folder (default results/<time>-<fabric>)")
     parser.add_argument(
+        "--p4runtime-tls",
+        metavar="DIR",
+        help="P4Runtime over mutual TLS between the run's controller and switches, with the "
+        "certificates in DIR (ca.pem, switch.pem/.key, controller.pem/.key; docs/switch_model.md)",
+    )
+    parser.add_argument(
         "--replace",
         action="store_true",
         help="replace the earlier run a results folder holds (refused otherwise)",
@@ -274,6 +280,7 @@ def _configs(args: argparse.Namespace, policies, seeds) -> list[RunConfig]:
             switch_restarts=args.switch_restarts,
             jitter_frames=args.jitter,
             captures=_captures(args),
+            p4runtime_tls=args.p4runtime_tls,
         )
         for policy in policies
         for seed in seeds

@@ -30,6 +30,8 @@ from google.rpc import code_pb2, status_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from common.tls import ClientTls
+
 log = logging.getLogger(__name__)
 
 _Get = p4runtime_pb2.GetForwardingPipelineConfigRequest
@@ -82,6 +84,9 @@ class SwitchClient:
     device_id: int = 1
     election_id: int = ELECTION_ID
     timeout: float = 5.0
+    tls: ClientTls | None = None
+    """P4Runtime over TLS (common.tls): the switches' CA, and the controller's own certificate
+    where the switch asks for one; None speaks without TLS (loopback, Mininet's namespaces)."""
     gone: Callable[[], bool] | None = field(default=None, compare=False)
     """Whether the switch's process has exited, where the caller knows (the emulation's
     runner does): a reconnect then stops waiting at once instead of for the whole timeout,
@@ -102,7 +107,7 @@ class SwitchClient:
         (NotPrimary when another controller holds the switch)."""
         self.close()
         self.primary = primary
-        self.channel = grpc.insecure_channel(self.address)
+        self.channel = self._channel()
         ready = grpc.channel_ready_future(self.channel)
         deadline = time.monotonic() + self.timeout
         while True:
@@ -119,12 +124,34 @@ class SwitchClient:
                     self.close()
                     raise SwitchUnreachable(
                         f"switch {self.name} at {self.address} did not answer within "
-                        f"{self.timeout:g} s"
+                        f"{self.timeout:g} s{self._handshake_hint()}"
                     ) from None
         self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
         self._lost.clear()
         if primary:
             self._arbitrate()
+
+    def _channel(self) -> grpc.Channel:
+        """The channel to the switch: TLS with the CA (and the controller's pair) of `tls`, or
+        none. TlsError (a ValueError) for a file that cannot be used."""
+        if self.tls is None:
+            return grpc.insecure_channel(self.address)
+        ca, cert, key = self.tls.pems()
+        credentials = grpc.ssl_channel_credentials(ca, key, cert)
+        options = []
+        if self.tls.server_name:
+            options.append(("grpc.ssl_target_name_override", self.tls.server_name))
+        return grpc.secure_channel(self.address, credentials, options=options)
+
+    def _handshake_hint(self) -> str:
+        """Why a switch that listens may never become ready: gRPC reports a failed TLS
+        handshake only as a channel that does not connect."""
+        if self.tls is None:
+            return " (or it speaks only TLS)"
+        return (
+            " over TLS (or the handshake failed: its certificate not signed by the CA given "
+            "or not for this address, ours missing or refused, or no TLS there)"
+        )
 
     def _arbitrate(self) -> None:
         self._outbox = queue.Queue()

@@ -18,6 +18,7 @@ import grpc
 from p4.v1 import p4runtime_pb2
 
 from common import p4names
+from common.tls import ClientTls
 from controller import entries
 from controller.client import SwitchClient
 from controller.p4info import ConfigError, P4InfoIndex, entry_action, entry_key, load_p4info
@@ -53,7 +54,14 @@ class ApplyReport:
 
 
 class FabricController:
-    def __init__(self, fabric: Fabric, p4info_path: str | Path, device_config_path: str | Path):
+    def __init__(
+        self,
+        fabric: Fabric,
+        p4info_path: str | Path,
+        device_config_path: str | Path,
+        tls: ClientTls | None = None,
+    ):
+        """`tls`: P4Runtime over TLS to every switch (common.tls), None for none."""
         self.fabric = fabric
         self.p4info = load_p4info(p4info_path)
         try:
@@ -68,7 +76,7 @@ class FabricController:
             "big",
         )
         self.clients = {
-            name: SwitchClient(name, spec.grpc, spec.device_id)
+            name: SwitchClient(name, spec.grpc, spec.device_id, tls=tls)
             for name, spec in fabric.switches.items()
         }
         self.wanted = {name: self.entries(name) for name in fabric.switches}

@@ -366,12 +366,12 @@ class TofinoFabricController(FabricController):
     `p4info_path` and `device_config_path` are one target's P4Info and device
     config (controller.tofino_pipeline: `make p4-tna` builds them)."""
 
-    def __init__(self, fabric: Fabric, p4info_path, device_config_path):
+    def __init__(self, fabric: Fabric, p4info_path, device_config_path, tls=None):
         targets = {spec.target for spec in fabric.switches.values()}
         if len(targets) != 1 or not targets <= set(CHIPS):
             raise ConfigError(f"a Tofino controller drives one Tofino kind, got {sorted(targets)}")
         self.chip = CHIPS[targets.pop()]
-        super().__init__(fabric, p4info_path, device_config_path)
+        super().__init__(fabric, p4info_path, device_config_path, tls)
 
     def table_entries(self, switch: str) -> list[p4runtime_pb2.TableEntry]:
         wanted = self.wanted[switch]

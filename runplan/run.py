@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from common.frames import mac_text
+from common.tls import ClientTls, ServerTls, TlsError
 from common.wire import DATA_FRAME_LEN, TRIMMED_FRAME_LEN
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import switch_port_mac
@@ -36,6 +37,32 @@ PLACEMENTS = ("interleaved", "packed")
 ENGINES = ("mininet", "sim")
 """Where a run happens: Mininet and real processes (root, `topologies`), or virtual time
 (`simulator`)."""
+
+
+TLS_FILES = {
+    "ca": "ca.pem",
+    "switch_cert": "switch.pem",
+    "switch_key": "switch.key",
+    "controller_cert": "controller.pem",
+    "controller_key": "controller.key",
+}
+"""A run's --p4runtime-tls folder: the CA that signed both pairs, every switch's certificate
+(for 127.0.0.1, the address the run's controller dials) and key, the controller's."""
+
+
+def server_tls(folder: str | Path) -> ServerTls:
+    """What each of a run's switches serves P4Runtime with: its pair, and only clients the
+    folder's CA signed (mutual TLS)."""
+    f = Path(folder)
+    return ServerTls(f / TLS_FILES["switch_cert"], f / TLS_FILES["switch_key"], f / TLS_FILES["ca"])
+
+
+def client_tls(folder: str | Path) -> ClientTls:
+    """What a run's controller dials its switches with."""
+    f = Path(folder)
+    return ClientTls(
+        f / TLS_FILES["ca"], f / TLS_FILES["controller_cert"], f / TLS_FILES["controller_key"]
+    )
 
 
 class RunError(RuntimeError):
@@ -161,8 +188,24 @@ class RunConfig:
     captures: Captures = Captures()
     """The links whose frames the run writes to pcapng, from either engine."""
 
+    p4runtime_tls: str | None = None
+    """Emulation only: a folder of certificates (`TLS_FILES`) for P4Runtime over mutual TLS
+    between the run's controller and its switches; None speaks P4Runtime without TLS, as
+    it may on the loopback addresses the run's switches listen on. It decides nothing of
+    what the run measures (the run cache leaves it out of a run's key)."""
+
     def validate(self) -> None:
         """Refuse a bad configuration before anything is started (one-line RunError)."""
+        if self.p4runtime_tls is not None:
+            if self.engine != "mininet":
+                raise RunError(
+                    "--p4runtime-tls needs --engine mininet (the simulator speaks no P4Runtime)"
+                )
+            try:
+                server_tls(self.p4runtime_tls).pems()
+                client_tls(self.p4runtime_tls).pems()
+            except TlsError as err:
+                raise RunError(f"--p4runtime-tls {self.p4runtime_tls}: {err}") from None
         if self.engine not in ENGINES:
             raise RunError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.switch not in TARGETS:

@@ -53,6 +53,7 @@ def config_doc(config: RunConfig) -> dict[str, Any]:
     doc = asdict(config)
     doc.pop("timeout_s")
     doc.pop("captures")  # what is captured changes nothing a run does
+    doc.pop("p4runtime_tls")  # how the controller reaches the switches, not what they do
     if doc["cc"] == "dcqcn":
         doc.pop("cc")  # DCQCN runs keep the keys they had before NSCC existed
     else:

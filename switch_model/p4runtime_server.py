@@ -31,6 +31,7 @@ from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from common.tls import ServerTls
 from switch_model import surface
 from switch_model.dataplane import Dataplane
 from switch_model.surface import PipelineMismatch, load_pipeline
@@ -582,11 +583,27 @@ def _handlers(service: SwitchService) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler("p4.v1.P4Runtime", methods)
 
 
-def serve(service: SwitchService, address: str) -> grpc.Server:
-    """Start the gRPC server; raises OSError when the address cannot be bound."""
+def serve(service: SwitchService, address: str, tls: ServerTls | None = None) -> grpc.Server:
+    """Start the gRPC server, over TLS when `tls` is given (mutual TLS when it names a client
+    CA: a client without a certificate that CA signed is refused in the handshake, before
+    any RPC). Raises OSError when the address cannot be bound, TlsError for a certificate or
+    key that is not a readable PEM file."""
+    credentials = None
+    if tls is not None:
+        cert, key, client_ca = tls.pems()
+        credentials = grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+        )
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_STREAMS + UNARY_WORKERS))
     server.add_generic_rpc_handlers((_handlers(service),))
-    if server.add_insecure_port(address) == 0:
+    try:
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
+    except RuntimeError as err:  # grpcio raises where it cannot bind, or use the key pair
+        raise OSError(f"cannot listen on {address}: {err}") from None
+    if bound == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()
     return server

@@ -245,6 +245,8 @@ class Bmv2Process:
     device_id: int = 1
     grpc_port: int = field(default_factory=free_tcp_port)
     thrift_port: int = field(default_factory=free_tcp_port)
+    extra: list[str] = field(default_factory=list)
+    """Target options after simple_switch_grpc's `--` (its gRPC server's, TLS among them)."""
     proc: subprocess.Popen | None = None
 
     @staticmethod
@@ -260,7 +262,7 @@ class Bmv2Process:
         for port, ifname in sorted(self.interfaces.items()):
             cmd += ["-i", f"{port}@{ifname}"]
         cmd += ["--thrift-port", str(self.thrift_port), "--log-level", "off"]
-        cmd += ["--", "--grpc-server-addr", self.grpc, "--priority-queues", "2"]
+        cmd += ["--", "--grpc-server-addr", self.grpc, "--priority-queues", "2", *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fabric_harness import FORGIVE, MININET
+from tls_certs import make_pki
 from tshark_harness import check_capture
 
 from workload.lossrecord import LossRecord
@@ -50,6 +51,7 @@ def clean():
 
 
 def test_short_run_completes_with_accounting_that_adds_up(tmp_path, clean):
+    """Over P4Runtime with mutual TLS, which the run otherwise does without (loopback)."""
     # a killed run's spine link is still there: the run must clear it, not fail on it
     subprocess.run(
         ["ip", "link", "add", "leaf1-eth3", "type", "veth", "peer", "name", "spine1-eth1"],
@@ -57,8 +59,9 @@ def test_short_run_completes_with_accounting_that_adds_up(tmp_path, clean):
     )
     out = tmp_path / "results"
     captured = ["--pcap", "h1,leaf1-spine1"] if shutil.which("dumpcap") else []
+    pki = make_pki(tmp_path / "pki")  # the controller and the switches over mutual TLS
     proc = subprocess.run(
-        [*FORGIVE, "run", *SHORT, *captured, "--out", str(out)],
+        [*FORGIVE, "run", *SHORT, *captured, "--out", str(out), "--p4runtime-tls", str(pki.folder)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -76,6 +79,9 @@ def test_short_run_completes_with_accounting_that_adds_up(tmp_path, clean):
             rows = check_capture(out / "forgive-seed1" / f"{link}.pcapng", tmp_path, 128)
             assert {r["opcode"] for r in rows} >= {"DATA", "ACK"}
             assert f"capture {link}: " in proc.stderr
+    switch_logs = sorted((out / "forgive-seed1" / "logs").glob("*.model.log"))
+    assert len(switch_logs) == 3
+    assert all(" over mutual TLS, control " in log.read_text() for log in switch_logs)
     assert "forgive seed 1: step 3/3" in proc.stderr
     assert proc.stdout.splitlines()[0].startswith("policy")
     (run,) = json.loads((out / "runs.json").read_text())

@@ -32,7 +32,15 @@ import grpc
 
 from controller import DEVICE_CONFIG, P4INFO
 from controller.topology import parse as parse_description
-from runplan.run import EngineResult, LinkCapture, RunConfig, RunError, RunPlan
+from runplan.run import (
+    EngineResult,
+    LinkCapture,
+    RunConfig,
+    RunError,
+    RunPlan,
+    client_tls,
+    server_tls,
+)
 from switch_model.surface import PortCounters
 from topologies.leftovers import clear_leftovers, fabric_lock
 from topologies.processes import is_stopped, stop_process
@@ -162,8 +170,11 @@ class FabricRun:
         net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False)
         self.net = net
         self._stack.callback(net.stop)
+        tls = self.config.p4runtime_tls
         for name in self.plan.switches:
-            net.addSwitch(name, cls=cls, log_dir=str(self.log_dir))
+            net.addSwitch(
+                name, cls=cls, log_dir=str(self.log_dir), tls=server_tls(tls) if tls else None
+            )
         for host in self.plan.hosts:
             net.addHost(host.name, ip=f"{host.ip}/8", mac=host.mac)
         for link in self.plan.links:
@@ -185,8 +196,12 @@ class FabricRun:
         # the running switches as `forgive-ctl` (counters, shell) takes them, mid-run
         (self.out_dir / "fabric.json").write_text(json.dumps(description, indent=1))
         with self._failures("configuring the switches"):
+            tls = self.config.p4runtime_tls
             self.controller = FabricController(
-                parse_description(description), P4INFO, DEVICE_CONFIG
+                parse_description(description),
+                P4INFO,
+                DEVICE_CONFIG,
+                client_tls(tls) if tls else None,
             )
             self._stack.callback(self.controller.close)
             for switch in self.net.switches:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from mininet.node import Switch
 
+from common.tls import ServerTls
 from switch_model import control
 from topologies.ports import free_port
 from topologies.processes import stop_process
@@ -50,9 +51,12 @@ class ForgiveSwitch(Switch):
         device_id: int | None = None,
         log_dir: str = "/tmp",
         start_timeout: float = 30.0,
+        tls: ServerTls | None = None,
         **params,
     ):
+        """`tls`: serve P4Runtime over TLS with these files (mutual TLS with a client CA)."""
         super().__init__(name, **params)
+        self.tls = tls
         self.grpc_port = grpc_port or free_port()
         self.device_id = device_id or next(_devices)
         self.log_dir = Path(log_dir)
@@ -156,6 +160,10 @@ class ModelSwitch(ForgiveSwitch):
         cmd += ["--control", self.control_path]
         for port, ifname in sorted(self.port_interfaces().items()):
             cmd += ["-i", f"{port}={ifname}"]
+        if self.tls is not None:
+            cmd += ["--tls-cert", str(self.tls.cert), "--tls-key", str(self.tls.key)]
+            if self.tls.client_ca is not None:
+                cmd += ["--tls-client-ca", str(self.tls.client_ca)]
         return cmd
 
     def ready(self) -> bool:
@@ -204,7 +212,7 @@ class Bmv2Switch(ForgiveSwitch):
         cmd += ["--thrift-port", str(self.thrift_port), "--log-level", self.log_level]
         cmd += ["--log-file", str(self.log_file)]
         cmd += ["--log-flush", "--", "--grpc-server-addr", self.grpc, "--priority-queues", "2"]
-        return cmd
+        return cmd + bmv2_tls_options(self.tls)
 
     def ready(self) -> bool:
         return _listening(self.grpc_port) and _listening(self.thrift_port)
@@ -229,6 +237,18 @@ class Bmv2Switch(ForgiveSwitch):
             "device_id": self.device_id,
             "thrift_port": self.thrift_port,
         }
+
+
+def bmv2_tls_options(tls: ServerTls | None) -> list[str]:
+    """simple_switch_grpc's own options (after its `--`) for P4Runtime over TLS, client
+    authentication with a client CA."""
+    if tls is None:
+        return []
+    options = ["--grpc-server-ssl", "--grpc-server-cert", str(tls.cert)]
+    options += ["--grpc-server-key", str(tls.key)]
+    if tls.client_ca is not None:
+        options += ["--grpc-server-cacert", str(tls.client_ca), "--grpc-server-with-client-auth"]
+    return options
 
 
 def describe(net, **settings) -> dict:
