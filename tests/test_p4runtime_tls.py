@@ -97,12 +97,10 @@ def test_a_client_without_a_valid_certificate_is_refused(model, pki):
         )
 
 
-def test_a_controller_refuses_a_switch_its_ca_did_not_sign(model, pki):
-    tls = ClientTls(pki.rogue_ca, pki.rogue_controller_cert, pki.rogue_controller_key)
-    assert "handshake failed" in refused(model, tls)
-
-
-def test_tls_without_a_client_ca_takes_any_client_over_tls(pki):
+def test_tls_without_a_client_ca_takes_any_client_over_tls_and_is_checked_by_it(pki):
+    """Server-side TLS only: a client without a certificate is admitted, one without TLS is
+    not, and a client whose CA did not sign the switch's certificate refuses the switch
+    (the switch asks nothing of it here, so the refusal is the client's)."""
     address = f"127.0.0.1:{free_tcp_port()}"
     server = serve(
         SwitchService(1, Dataplane({1: "unused"})),
@@ -111,7 +109,11 @@ def test_tls_without_a_client_ca_takes_any_client_over_tls(pki):
     )
     try:
         configures(address, ClientTls(pki.ca))
-        refused(address, None)  # still TLS only
+        refused(address, None)
+        assert "handshake failed" in refused(address, ClientTls(pki.rogue_ca))
+        wrong_name = ClientTls(pki.ca, server_name="switch.example")  # not the certificate's
+        assert "handshake failed" in refused(address, wrong_name)
+        configures(address, ClientTls(pki.ca, server_name="localhost"))
     finally:
         server.stop(0).wait()
 
