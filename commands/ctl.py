@@ -29,11 +29,11 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
 import grpc
 
-from common.tls import ClientTls, TlsError
+from commands.tls_options import add_tls_options, client_tls
+from common.tls import TlsError
 from controller import DEVICE_CONFIG, P4INFO
 from controller.client import SwitchUnreachable, WriteFailed
 from controller.p4info import ConfigError
@@ -66,35 +66,6 @@ def format_counters(switch: str, rows: dict[int, PortCounters], columns=COUNTER_
         cells = "".join(f"{values[name]:>{w}}" for name, w in columns)
         lines.append(f"{switch:<8}{port:>5}{cells}")
     return "\n".join(lines)
-
-
-def add_tls_options(parser: argparse.ArgumentParser) -> None:
-    """P4Runtime over TLS to every switch of the fabric, as forgive-switch and BMv2's
-    --grpc-server-ssl serve it (docs/switch_model.md, "P4Runtime over TLS")."""
-    tls = parser.add_argument_group("P4Runtime over TLS (off by default)")
-    tls.add_argument(
-        "--tls-ca", type=Path, metavar="PEM", help="the CA of the switches' certificates"
-    )
-    tls.add_argument(
-        "--tls-cert", type=Path, metavar="PEM", help="the controller's certificate (mutual TLS)"
-    )
-    tls.add_argument("--tls-key", type=Path, metavar="PEM", help="its private key")
-    tls.add_argument(
-        "--tls-server-name",
-        metavar="NAME",
-        help="the name the switches' certificates carry, where it is not their address's host",
-    )
-
-
-def client_tls(args: argparse.Namespace) -> ClientTls | None:
-    """The TLS options as the controller's ClientTls, checked (TlsError in one line)."""
-    if args.tls_ca is None:
-        if args.tls_cert or args.tls_key or args.tls_server_name:
-            raise TlsError("--tls-cert, --tls-key and --tls-server-name need --tls-ca")
-        return None
-    tls = ClientTls(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
-    tls.pems()
-    return tls
 
 
 def load_fabric(name: str) -> Fabric:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import grpc
 
+from commands.tls_options import add_tls_options, client_tls
+from common.tls import ClientTls, TlsError
 from controller.client import ELECTION_ID, SwitchClient, SwitchUnreachable
 from controller.p4info import ConfigError
 from controller.topology import load
@@ -76,10 +78,10 @@ def target(switch: str, topology: str | None, device_id: int | None) -> Target:
     return Target(switch, switch, 1 if device_id is None else device_id)
 
 
-def check_pipeline(where: Target) -> None:
+def check_pipeline(where: Target, tls: ClientTls | None = None) -> None:
     """Read the switch's pipeline as any client may: SwitchUnreachable if it does not answer,
     ConfigError if it runs none yet (the controller has not configured it)."""
-    reader = SwitchClient(where.name, where.grpc, where.device_id)
+    reader = SwitchClient(where.name, where.grpc, where.device_id, tls=tls)
     none_yet = ConfigError(
         f"{where.name}: the switch runs no pipeline yet (the run's controller gives it forgive's "
         "when it configures the switch)"
@@ -96,6 +98,27 @@ def check_pipeline(where: Target) -> None:
         ) from None
     finally:
         reader.close()
+
+
+def _shell_tls(tls: ClientTls | None) -> list[str]:
+    """p4runtime-shell's own options for the same TLS (its prompt parses its command line)."""
+    if tls is None:
+        return []
+    options = ["--ssl", "--cacert", str(tls.ca)]
+    if tls.cert is not None and tls.key is not None:
+        options += ["--cert", str(tls.cert), "--private-key", str(tls.key)]
+    return options
+
+
+def _ssl_options(tls: ClientTls | None):
+    """p4runtime-shell's SSLOptions for `setup` (insecure without TLS)."""
+    from p4runtime_sh.p4runtime import SSLOptions
+
+    if tls is None:
+        return SSLOptions(True)
+    cert = None if tls.cert is None else str(tls.cert)
+    key = None if tls.key is None else str(tls.key)
+    return SSLOptions(False, str(tls.ca), cert, key)
 
 
 def names() -> dict:
@@ -128,6 +151,7 @@ def main(argv: list[str]) -> int:
         "--device-id", type=int, help="P4Runtime device id at HOST:PORT (default 1)"
     )
     parser.add_argument("-c", dest="code", metavar="CODE", help="run CODE in the shell and exit")
+    add_tls_options(parser)
     args = parser.parse_args(argv)
     try:
         from p4runtime_sh import shell as sh
@@ -139,9 +163,12 @@ def main(argv: list[str]) -> int:
         )
         return 2
     try:
+        tls = client_tls(args)
+        if tls is not None and tls.server_name:
+            raise ConfigError("--tls-server-name: p4runtime-shell checks the address's own name")
         where = target(args.switch, args.topology, args.device_id)
-        check_pipeline(where)
-    except ConfigError as err:
+        check_pipeline(where, tls)
+    except (ConfigError, TlsError) as err:
         print(f"forgive-ctl: {err}", file=sys.stderr)
         return 2
     except SwitchUnreachable as err:
@@ -150,11 +177,14 @@ def main(argv: list[str]) -> int:
     election = ",".join(map(str, SHELL_ELECTION_ID))
     address = ["--grpc-addr", where.grpc, "--device-id", str(where.device_id)]
     if args.code is None:
-        sys.argv = ["forgive-ctl shell", *address, "--election-id", election]
+        sys.argv = ["forgive-ctl shell", *address, "--election-id", election, *_shell_tls(tls)]
         sh.main()
         return 0
     try:
-        sh.setup(where.device_id, where.grpc, SHELL_ELECTION_ID, verbose=False)
+        sh.setup(
+            where.device_id, where.grpc, SHELL_ELECTION_ID, ssl_options=_ssl_options(tls),
+            verbose=False,
+        )  # fmt: skip
     except SystemExit:  # p4runtime-shell logged why; a switch lost since the check above
         print(f"forgive-ctl: {where.name}: p4runtime-shell could not connect", file=sys.stderr)
         return 1

@@ -244,3 +244,20 @@ def test_a_runs_tls_folder_is_checked_before_anything_starts(pki, tmp_path):
         RunError, match=f"--p4runtime-tls {tmp_path}: --tls-cert {tmp_path}/switch.pem"
     ):
         RunConfig(preset("2to1"), p4runtime_tls=str(tmp_path)).validate()
+
+
+def test_the_shell_reads_a_switch_over_mutual_tls(model, pki):
+    """`forgive-ctl shell` with the controller's pair: its check of the pipeline (the
+    project's client) and p4runtime-shell itself both speak TLS; without the pair, one line."""
+    pytest.importorskip("p4runtime_sh.shell", reason="p4runtime-shell (test extras) missing")
+    configures(model, ClientTls(pki.ca, pki.controller_cert, pki.controller_key))
+    shell = [sys.executable, "-m", "commands.ctl", "shell", model, "-c"]
+    code = f"print('routes:', len(list(TableEntry({p4names.LPM_TABLE!r}).read())))"
+    pair = ["--tls-ca", str(pki.ca), "--tls-cert", str(pki.controller_cert)]
+    pair += ["--tls-key", str(pki.controller_key)]
+    read = subprocess.run([*shell, code, *pair], capture_output=True, text=True, timeout=120)
+    assert read.returncode == 0, read.stderr
+    assert "routes: 1" in read.stdout
+    bare = subprocess.run([*shell, code], capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 1 and bare.stderr.count("\n") == 1, bare.stderr
+    assert "(or it speaks only TLS)" in bare.stderr
