@@ -28,10 +28,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from common import records
 from host_agent.core import PROFILES
 from runplan.fabric import FabricError
 from runplan.run import JOBS, RunConfig, RunError
 from runs.cache import RunCache, run_cached
+from runs.collect import read_jsonl
 from runs.options import (
     REGIME_PROFILES,
     add_regime_options,
@@ -214,11 +216,23 @@ def _row(
         "cnps": figures["cnps"],
         "ce_marks": figures["ce_marks"],
         "full_queue": figures["full_queue"],
+        "below_line_ms": figures["below_line_ms"],
         "wall_s": figures["wall_s"],
     }
 
 
-def _ours(result: RunResult, steps: list[int], wall_s: float) -> dict[str, Any]:
+def below_line_s(folder: Path) -> float:
+    """The time every flow of a run spent below the line rate, summed (s, the run's clock),
+    from its agents' flow records."""
+    total = 0.0
+    for path in sorted(folder.glob("*.agent.jsonl")):
+        for record in read_jsonl(path):
+            if record.get(records.TYPE) == records.FLOW_SEND:
+                total += record.get("below_line_s", 0.0)
+    return total
+
+
+def _ours(result: RunResult, steps: list[int], wall_s: float, folder: Path) -> dict[str, Any]:
     scale = 1 / result.time_scale
     chosen = [v for s in result.steps if s.step in steps for v in s.allreduce_s]
     return {
@@ -229,6 +243,7 @@ def _ours(result: RunResult, steps: list[int], wall_s: float) -> dict[str, Any]:
         "ce_marks": result.ce_marks,
         "full_queue": f"{result.trims:,} trims, "
         f"{result.trim_drops + result.accounting.get('drops_at_switches', 0):,} drops",
+        "below_line_ms": below_line_s(folder) * scale * 1e3,
         "wall_s": wall_s,
     }
 
@@ -242,6 +257,7 @@ def _theirs(run: astra.AstraRun, steps: list[int], total_steps: int) -> dict[str
         "cnps": c.get("cnp_recv"),
         "ce_marks": c.get("ecn_marks_data"),
         "full_queue": f"{c.get('pfc_pause_sent', 0)} pauses, {c.get('drops', 0)} drops",
+        "below_line_ms": c.get("qp_below_line_rate_ns", 0) * 1e-6,
         "wall_s": run.wall_s,
     }
 
@@ -257,6 +273,7 @@ COLUMNS = (
     ("CNPs", "cnps", "{:,}"),
     ("marks", "ce_marks", "{:,}"),
     ("full queue", "full_queue", "{}"),
+    ("QP-ms below line", "below_line_ms", "{:,.1f}"),
     ("wall s", "wall_s", "{:.0f}"),
 )
 
@@ -343,7 +360,8 @@ def main(args: argparse.Namespace) -> int:
         )
         wall = (time.monotonic() - started) / max(len(configs), 1)
         for ((profile, cc), config), result in zip(ours.items(), results, strict=True):
-            rows.append(_row("forgive", profile, cc, config, _ours(result, steps, wall)))
+            figures = _ours(result, steps, wall, cache.folder(config))
+            rows.append(_row("forgive", profile, cc, config, figures))
             commands[f"forgive {profile} {cc}"] = [str(cache.folder(config))]
     except astra.AstraError as err:
         print(f"forgive study astra: {err}", file=sys.stderr)

@@ -760,6 +760,7 @@ class Endpoint:
                     rtt_max=state.rtt_max,
                     late_acks=state.late_acks,
                     mark_cuts=state.mark_cuts,
+                    below_line_s=state.below_line_s,
                     window=state.window,
                 ),
                 now,

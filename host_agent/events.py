@@ -47,6 +47,8 @@ class SendDone:
     not lost."""
     mark_cuts: int = 0
     """Of `rate_cuts`, those that answered an ECN mark rather than a trim alone."""
+    below_line_s: float = 0.0
+    """Time the flow's DCQCN rate was below the line rate while it was open."""
     window: WindowState | None = None
     """NSCC only (recorded only then): the flow's window, its bound, base round trip and
     smoothed queueing delay when it ended."""

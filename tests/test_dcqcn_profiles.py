@@ -399,3 +399,18 @@ def test_cuts_are_attributed_to_marks_or_to_trims(profile):
         assert (state.rate_cuts, state.mark_cuts) == (3, 1)
     else:
         assert (state.rate_cuts, state.mark_cuts) == (2, 1)
+
+
+def test_the_time_below_the_line_rate_ends_when_recovery_comes_within_a_thousandth():
+    """The paper profile cut once from the line rate to half of it (alpha starts at 1) and
+    left alone: each 55 us timer event halves the distance to the line rate (the target stays
+    there), so after the k-th the rate is line * (1 - 2^-(k+1)), within a thousandth of it
+    from the 9th on (2^10 > 1000), and the flow was below it for 9 periods."""
+    params = DcqcnParams.for_profile("paper", 40e9, 1.0)
+    rate = new_rate(params, 0.0)
+    rate.reduce(1e-3)
+    period = params.period(params.rate_increase_period)
+    assert rate.below_line_s(1e-3 + 4.5 * period) == pytest.approx(4.5 * period)
+    rate.rate_at(1e-3 + 20 * period)
+    assert rate.below_line_s(1e-3 + 20 * period) == pytest.approx(9 * period)
+    assert new_rate(DcqcnParams.for_profile("off", 40e9, 1.0), 0.0).below_line_s(1.0) == 0.0

@@ -242,7 +242,7 @@ def test_fast_recovery_then_additive_then_hyper_increase():
     r2.reduce(0.0)
     r2.byte_stage = r2.timer_stage = 6  # both past F: hyper increase
     r2.target = 10 * GBPS
-    r2._increase()
+    r2._increase(0.0)
     assert r2.target == pytest.approx(10 * GBPS + p.rate_hai_bps * 1)
 
 

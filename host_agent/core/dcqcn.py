@@ -190,6 +190,12 @@ def new_rate(params: DcqcnParams, now: float) -> DcqcnRate | NicDcqcnRate | Line
     return DcqcnRate(params, now)
 
 
+BELOW_LINE: Final = 0.999
+"""A rate under this share of the line rate counts as below it: a recovery halfway to the
+target stays a hair under it for long, as ns-3's counters patch measures its QPs
+(docs/astra-sim.md)."""
+
+
 class _ReactionPoint:
     """What both profiles share: the scaled constants, the rate pair and the counters.
 
@@ -200,11 +206,13 @@ class _ReactionPoint:
     __slots__ = (
         "_ai",
         "_alpha_period",
+        "_below_since",
         "_hai",
         "_inc_period",
         "_line",
         "_min",
         "alpha",
+        "below_s",
         "current",
         "cuts",
         "mark_cuts",
@@ -230,11 +238,30 @@ class _ReactionPoint:
         self.cuts = 0
         self.mark_cuts = 0
         """Cuts that answered an ECN mark (a CNP, or the echo on a report), not a trim alone."""
+        self.below_s = 0.0
+        """Time spent below the line rate (BELOW_LINE of it) until the last change of rate."""
+        self._below_since = -1.0
+        """When the rate last fell below the line rate, while it is; -1 at the line rate."""
 
-    def _cut(self, mark: bool) -> None:
+    def _cut(self, mark: bool, at: float) -> None:
         self.current = max(self.current * (1 - self.alpha / 2), self._min)
         self.cuts += 1
         self.mark_cuts += mark
+        self._track(at)
+
+    def _track(self, at: float) -> None:
+        """Note a change of rate at `at`: the time below the line rate starts or ends."""
+        if self.current < self._line * BELOW_LINE:
+            if self._below_since < 0:
+                self._below_since = at
+        elif self._below_since >= 0:
+            self.below_s += at - self._below_since
+            self._below_since = -1.0
+
+    def below_line_s(self, at: float) -> float:
+        """Time spent below the line rate up to `at` (which comes after every change so far)."""
+        since = self._below_since
+        return self.below_s + (at - since if 0 <= since < at else 0.0)
 
     @property
     def cuts_due(self) -> int:
@@ -250,10 +277,11 @@ class _ReactionPoint:
     def _at_line(self) -> bool:
         return self.current >= self._line and self.target >= self._line
 
-    def _towards_target(self, step: float) -> None:
+    def _towards_target(self, step: float, at: float) -> None:
         """Raise the target by `step` (capped at the line rate), then move halfway to it."""
         self.target = min(self.target + step, self._line)
         self.current = (self.target + self.current) / 2
+        self._track(at)
 
 
 class DcqcnRate(_ReactionPoint):
@@ -297,23 +325,24 @@ class DcqcnRate(_ReactionPoint):
             self._alpha_t += n * self._alpha_period
         n = math.floor((now - self._inc_t) / self._inc_period + _EPS)
         if n > 0:
+            first = self._inc_t
             self._inc_t += n * self._inc_period
             for k in range(n):
                 if self._at_line():
                     self.timer_stage += n - k  # at line rate already: only the stage moves
                     break
-                self._increase()
+                self._increase(first + (k + 1) * self._inc_period)
                 self.timer_stage += 1
         self._set_due()
 
-    def _increase(self) -> None:
+    def _increase(self, at: float) -> None:
         f = self.params.fast_recovery_steps
         if max(self.timer_stage, self.byte_stage) < f:
-            self._towards_target(0.0)  # fast recovery
+            self._towards_target(0.0, at)  # fast recovery
         elif min(self.timer_stage, self.byte_stage) > f:
-            self._towards_target(self._hai * (min(self.timer_stage, self.byte_stage) - f))
+            self._towards_target(self._hai * (min(self.timer_stage, self.byte_stage) - f), at)
         else:
-            self._towards_target(self._ai)
+            self._towards_target(self._ai, at)
 
     def rate_at(self, now: float) -> float:
         self._replay_timers(now)
@@ -334,7 +363,7 @@ class DcqcnRate(_ReactionPoint):
         self._bytes_since += nbytes
         while self._bytes_since >= self._byte_counter:
             self._bytes_since -= self._byte_counter
-            self._increase()
+            self._increase(now)
             self.byte_stage += 1
 
     def reduce(self, now: float, mark: bool = True) -> bool:
@@ -342,7 +371,7 @@ class DcqcnRate(_ReactionPoint):
         Returns True: every notification is a cut."""
         self._replay_timers(now)
         self.target = self.current
-        self._cut(mark)
+        self._cut(mark, now)
         g = self.params.g
         self.alpha = (1 - g) * self.alpha + g
         self._alpha_t = now
@@ -429,14 +458,16 @@ class NicDcqcnRate(_ReactionPoint):
                     continue
                 f = self.params.fast_recovery_steps
                 stage = self.timer_stage
-                self._towards_target(0.0 if stage < f else self._ai if stage == f else self._hai)
+                self._towards_target(
+                    0.0 if stage < f else self._ai if stage == f else self._hai, inc
+                )
                 self.timer_stage = stage + 1
                 self._inc_at = inc + self._inc_period
             elif check < now - check_slack:
                 self._sync_alpha(check)
                 if self.timer_stage:  # CLAMP_TARGET_RATE 0: keep the target across cuts
                     self.target = self.current
-                self._cut(self._mark_pending)
+                self._cut(self._mark_pending, check)
                 self.timer_stage = 0
                 self._cut_pending = self._mark_pending = False
                 self._inc_at = check + self._inc_period

@@ -253,6 +253,10 @@ class NsccWindow:
     def mark_cuts_due(self) -> int:
         return self.mark_cuts
 
+    def below_line_s(self, at: float) -> float:
+        """NSCC paces at the line rate and holds a flow by its window: never below it."""
+        return 0.0
+
     def rate_at(self, now: float) -> float:
         return self.current
 

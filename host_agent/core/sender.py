@@ -82,6 +82,7 @@ class TxFlow:
         window_per_bps: float,
         cuts_at_open: int,
         mark_cuts_at_open: int,
+        below_at_open: float = 0.0,
     ) -> None:
         self.flow_id = flow_id
         self.size = size
@@ -147,6 +148,8 @@ class TxFlow:
         self.cuts_at_open = cuts_at_open
         self.mark_cuts_at_open = mark_cuts_at_open
         """The reaction point's counts when the flow opened: a QP's state outlives its flows."""
+        self.below_at_open = below_at_open
+        """The reaction point's time below the line rate when the flow opened."""
 
     def window_open(self) -> bool:
         """New data may go: no window, or fewer bytes past the cumulative ACK than it allows
@@ -187,6 +190,10 @@ class TxFlow:
             rto=self.rto,
             rate_cuts=rate.cuts_due - self.cuts_at_open,
             mark_cuts=rate.mark_cuts_due - self.mark_cuts_at_open,
+            below_line_s=rate.below_line_s(
+                self.finished if self.finished is not None else self.opened
+            )
+            - self.below_at_open,
             mode_changes=self.mode_changes,
             exempt_time=self.exempt_time,
             obeying_again_time=self.obeying_again_time,
@@ -244,6 +251,9 @@ class TxFlowState(FieldMapping):
     """Rate cuts due since the flow opened (its reaction point's, which a QP may share)."""
     mark_cuts: int
     """Of those, the ones that answered a mark."""
+    below_line_s: float
+    """Time the flow's reaction point spent below the line rate while it was open (until it
+    finished; DCQCN only, 0 under NSCC)."""
     mode_changes: int
     exempt_time: float
     obeying_again_time: float
@@ -380,6 +390,7 @@ class ForgiveSender:
             window_per_bps=self._window_per_bps,
             cuts_at_open=rate.cuts_due,
             mark_cuts_at_open=rate.mark_cuts_due,
+            below_at_open=rate.below_line_s(now),
         )
         self._flows[flow_id] = flow
         self._schedule(flow, now)
