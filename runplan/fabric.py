@@ -26,6 +26,7 @@ queue, ECN from 800 KB) and shrunk by one `Scaling`. A fabric file is TOML:
     payload_bytes = 4096        # DATA bytes per packet (ASTRA-sim's ns-3 runs 1000)
     paths = "spray"             # or "message": one source port, so one ECMP path, per message
     cnp = "paced"               # or "per-mark": a CNP for every marked packet
+    ack_every = 0               # data packets per ACK at most; 0: the transport's own (32)
 
     [trimming]                  # all optional: controller.trimming has every key
     size = 58
@@ -115,6 +116,10 @@ class NicSettings:
     ASTRA-sim's `send_flow` opens each message on a fresh port (astra-sim
     network_frontend/ns3/entry.h, `portNumber[src][dst]++`) and ns-3's switches hash the
     5-tuple (switch-node.cc, `GetOutDev`)."""
+    ack_every: int = 0
+    """Data packets acknowledged by one ACK at most; 0: the transport's own coalescing (up to
+    32, or a hold time: host_agent.acks). ns-3's receiver ACKs every packet
+    (L2_ACK_INTERVAL 1), which clocks a window-limited flow packet by packet."""
     cnp: str = "paced"
     """"paced": the profile's notification point (a CNP at most every 4 us under the nic
     profile, docs/dcqcn.md); "per-mark": a CNP for every marked packet, as ns-3's receiver sets
@@ -196,6 +201,8 @@ def _check(spec: FabricSpec) -> FabricSpec:
         raise FabricError(f"[nic] paths must be one of {', '.join(PATHS)}, got {nic.paths!r}")
     if nic.cnp not in CNPS:
         raise FabricError(f"[nic] cnp must be one of {', '.join(CNPS)}, got {nic.cnp!r}")
+    if not 0 <= nic.ack_every <= 1024:
+        raise FabricError(f"[nic] ack_every must lie in 0..1024, got {nic.ack_every}")
     if not 1 <= nic.payload_bytes <= PACKET_BYTES:
         raise FabricError(
             f"[nic] payload_bytes must lie in 1..{PACKET_BYTES}, got {nic.payload_bytes}"
@@ -268,7 +275,14 @@ def sim_scaling(
 
 _TOP_KEYS = {"name", "leaves", "spines", "hosts_per_leaf", "host_link_gbps", "spine_link_gbps"}
 _SECTIONS = {"switch", "emulation", "trimming", "nic"}
-_NIC_KEYS = {"window": str, "dcqcn_state": str, "payload_bytes": int, "paths": str, "cnp": str}
+_NIC_KEYS = {
+    "window": str,
+    "dcqcn_state": str,
+    "payload_bytes": int,
+    "paths": str,
+    "cnp": str,
+    "ack_every": int,
+}
 _SWITCH_KEYS = {"data_queue_bytes", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax"}
 _EMULATION_KEYS = {"host_link_mbps", "byte_scale"}
 

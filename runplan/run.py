@@ -403,6 +403,7 @@ def endpoint_config(
         qp_state=nic.dcqcn_state == "qp",
         payload_bytes=nic.payload_bytes,
         cnp_per_mark=nic.cnp == "per-mark",
+        ack_every=nic.ack_every or None,
     )
 
 

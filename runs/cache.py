@@ -40,6 +40,7 @@ LATER_SETTINGS = (
     (("workload",), "reduce_bytes_per_s", 0.0),
     (("fabric", "nic"), "paths", "spray"),
     (("fabric", "nic"), "cnp", "paced"),
+    (("fabric", "nic"), "ack_every", 0),
 )
 """Settings added after runs were cached, with the default those runs ran: a run at the
 default keeps the key it had before the setting existed."""

@@ -96,6 +96,7 @@ REGIME_PROFILES: dict[str, dict[str, str | float | int]] = {
         "window": "bdp",
         "dcqcn_state": "message",
         "payload_bytes": 1000,
+        "ack_every": 1,
         "paths": "message",
         "cnp": "per-mark",
         "splits": 4,
@@ -139,6 +140,13 @@ def add_regime_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--payload-bytes", type=int, help="DATA bytes per packet (default 4096; ns-3 runs 1000)"
+    )
+    parser.add_argument(
+        "--ack-every",
+        type=int,
+        metavar="N",
+        help="data packets per ACK at most (default 0: the transport's coalescing, up to 32; "
+        "ns-3 ACKs every packet, 1)",
     )
     parser.add_argument(
         "--paths",
@@ -288,7 +296,15 @@ def critical_from(args: argparse.Namespace, steps: int) -> tuple[int, ...]:
         raise outside from None
 
 
-REGIME_SETTINGS = ("window", "dcqcn_state", "paths", "cnp", "payload_bytes", "data_queue_kib")
+REGIME_SETTINGS = (
+    "window",
+    "dcqcn_state",
+    "paths",
+    "cnp",
+    "payload_bytes",
+    "ack_every",
+    "data_queue_kib",
+)
 """The fabric's regime options, as REGIME_PROFILES and the command line name them; a
 profile's dcqcn is the run's, not the fabric's (dcqcn_profile)."""
 
@@ -322,15 +338,20 @@ def with_settings(spec: FabricSpec, settings: Mapping[str, str | float | None]) 
                 f"--{key.replace('_', '-')} must be one of {', '.join(values)}, got {value!r}"
             )
         changes[key] = value
-    payload = settings.get("payload_bytes")
-    if payload is not None:
-        changes["payload_bytes"] = payload
+    for key in ("payload_bytes", "ack_every"):
+        value = settings.get(key)
+        if value is not None:
+            changes[key] = value
     if changes:
         nic: NicSettings = replace(spec.nic, **changes)
         try:
             spec = with_scaling(replace(spec, nic=nic), spec.scaling)
         except FabricError as err:
-            raise FabricError(str(err).replace("[nic] payload_bytes", "--payload-bytes")) from None
+            raise FabricError(
+                str(err)
+                .replace("[nic] payload_bytes", "--payload-bytes")
+                .replace("[nic] ack_every", "--ack-every")
+            ) from None
     queue = settings.get("data_queue_kib")
     if queue is not None:
         queue = float(queue)

@@ -16,12 +16,13 @@ from common import records
 from common.frames import parse as parse_frame
 from common.wire import DATA_FRAME_LEN, PACKET_BYTES, Opcode, peek
 from host_agent.endpoint import EndpointConfig
+from host_agent.events import SendDone
 from host_agent.host import HostConfig
 from host_agent.policies import parse_policy
 from runplan.fabric import FabricError, parse, preset
 from runplan.run import RunConfig, RunError, Workload, plan_run
 from runs.options import add_regime_options, job_regime, with_regime
-from simulator.engine import star, train
+from simulator.engine import VirtualFabric, star, train
 from workload.plan import TrainingConfig
 
 BASE = {"leaves": 2, "spines": 1, "hosts_per_leaf": 2}
@@ -167,3 +168,50 @@ def test_a_cnp_per_mark_answers_every_marked_packet():
     # packet comes every 0.66 us (4 KiB at 50 Gbit/s).
     _, paced = _source_ports(spray=True, marks=True)
     assert 0 < sum(r["cnps_sent"] for r in paced) < sum(r["ce_marks"] for r in paced) / 2
+
+
+def test_an_ack_for_every_packet_as_ns3_sends_them(tmp_path: Path):
+    spec = parse({**BASE, "nic": {"ack_every": 1}})
+    assert plan_run(RunConfig(spec), tmp_path).hosts[0].endpoint.ack_every == 1
+    assert plan_run(RunConfig(preset("2to1")), tmp_path).hosts[0].endpoint.ack_every is None
+    with pytest.raises(FabricError, match=r"^--ack-every must lie in 0\.\.1024, got -1$"):
+        with_regime(preset("2to1"), _args(["--ack-every", "-1"]))
+    host = HostConfig(
+        endpoint=EndpointConfig(
+            policy=parse_policy("dcqcn"), line_rate_bps=10e9, rto=1.0, rto_max=10.0, ack_every=1
+        )
+    )
+    fabric = star(2, port_rate_bps=10_000_000_000, data_queue_bytes=64 * DATA_FRAME_LEN)
+    sim = VirtualFabric(fabric, host, delay_s=1e-6)
+    counts = {Opcode.DATA: 0, Opcode.ACK: 0}
+
+    def tap(i, frame):
+        arrival = parse_frame(bytes(frame))
+        if arrival is not None:
+            opcode = peek(arrival.fth)[0]
+            if opcode in counts:
+                counts[Opcode(opcode)] += 1
+
+    sim.tap = tap
+    sent = _Sent()
+    sim.apps[0].append(sent)
+    sim.hosts[1].endpoint.register_flow(5, 0, "other", 0.0)
+    sim.hosts[0].endpoint.send(sim.hosts[1].config.ip, 5, bytes(100 * PACKET_BYTES), "other", 0.0)
+    sim.start()
+    sim.run(lambda: sent.done, limit_s=1.0)
+    assert counts[Opcode.DATA] == 100 and counts[Opcode.ACK] == 100
+
+
+class _Sent:
+    """An application that notes its host's first finished send."""
+
+    done = False
+
+    def handle_event(self, event, now: float) -> None:
+        self.done = self.done or isinstance(event, SendDone)
+
+    def get_timer(self) -> None:
+        return None
+
+    def handle_timer(self, now: float) -> None:
+        pass
