@@ -189,8 +189,9 @@ def _noncritical(config: RunConfig) -> list[int]:
 
 
 def _astra_key(inputs: astra.Inputs, cc: str, binary: str) -> str:
-    """What decides an ASTRA-sim run: its inputs' bytes, its config and the binary."""
-    digest = hashlib.sha256()
+    """What decides an ASTRA-sim run's figures: its inputs' bytes, its config, the binary and
+    how its outputs are read (study.astra.READ_VERSION)."""
+    digest = hashlib.sha256(f"read {astra.READ_VERSION}".encode())
     for path in sorted(inputs.folder.rglob("*")):
         if path.is_file() and not path.relative_to(inputs.folder).parts[0].startswith("out-"):
             digest.update(str(path.relative_to(inputs.folder)).encode() + path.read_bytes())

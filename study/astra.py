@@ -76,6 +76,9 @@ CONFIG_NOTES = {
     "BUFFER_SIZE": "the shipped 32 MB over the byte scale",
     "ENABLE_TRACE": "0: no per-packet trace",
 }
+READ_VERSION = 2
+"""Raise it when what a run's outputs are read into changes (2: the all-to-all's messages
+left out of the all-reduce's), so that a kept figure is read again."""
 QLEN_NEVER_NS = 10**15
 """QLEN_MON_START: the queue monitor writes every switch queue of 1000 bytes or more every
 100 ns from this time on (100 MB a minute here); this is later than any run ends."""
@@ -269,6 +272,18 @@ class Inputs:
 
     folder: Path
     npus: int
+    job: dict[str, Any] = field(default_factory=dict)
+    """What the traces hold (trace_job)."""
+    splits: int = 1
+    tp_group: int = 1
+
+    @property
+    def alltoall_message_bytes(self) -> int | None:
+        """The size of each message of the tensor-parallel all-to-all: ASTRA-sim's direct
+        all-to-all sends each of its parts' share to every group peer. None without one."""
+        if not self.job.get("alltoall_bytes"):
+            return None
+        return int(self.job["alltoall_bytes"]) // self.splits // self.tp_group
 
     @property
     def workload(self) -> Path:
@@ -322,7 +337,8 @@ def write_inputs(config: RunConfig, folder: Path, chakra_python: str | None = No
             "--chakra-python, docs/astra-sim.md)"
         )
     (folder / "run.json").write_text(json.dumps(_describe(config), indent=1) + "\n")
-    return Inputs(folder, job["npus"])
+    wl = config.workload
+    return Inputs(folder, job["npus"], job, wl.splits, wl.tp_group if wl.tp_bytes else 1)
 
 
 def _describe(config: RunConfig) -> dict[str, Any]:
@@ -386,12 +402,15 @@ def node_of(address: str) -> int:
     return (value >> 8) & 0xFFFF
 
 
-def read_messages(fct: str) -> list[tuple[int, int, float, float]]:
-    """(source, destination, start s, end s) of every message in fct.txt."""
+def read_messages(
+    fct: str, leave_out_bytes: int | None = None
+) -> list[tuple[int, int, float, float]]:
+    """(source, destination, start s, end s) of every message in fct.txt, but those of
+    `leave_out_bytes` (another collective's)."""
     out = []
     for line in fct.splitlines():
         parts = line.split()
-        if len(parts) < 8:
+        if len(parts) < 8 or int(parts[4]) == leave_out_bytes:
             continue
         start_ns, fct_ns = int(parts[5]), int(parts[6])
         out.append(
@@ -404,9 +423,9 @@ def allreduce_times(
     messages: Sequence[tuple[int, int, float, float]], npus: int, steps: int
 ) -> list[list[float]]:
     """Per step, per rank, the all-reduce's time: the rank's messages of the step, from the
-    first one it sent to the last one it sent or received. A job of all-reduces alone (the
-    ring's messages are all a rank sends), taken to steps in time order, each step sending
-    as many messages as the next."""
+    first one it sent to the last one it sent or received. The all-reduce's messages alone
+    (read_messages leaves the all-to-all's out), taken to steps in time order, each step
+    sending as many as the next."""
     sent: dict[int, list[tuple[float, float, int]]] = defaultdict(list)
     received: dict[int, list[tuple[float, float, int]]] = defaultdict(list)
     for src, dst, start, end in sorted(messages, key=lambda m: m[2]):
@@ -458,7 +477,7 @@ def run(binary: str, inputs: Inputs, cc: str, steps: int, timeout_s: float = 720
         last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["?"])[-1]
         raise AstraError(f"ASTRA-sim exited with {done.returncode}: {last} (see {out})")
     finished = read_finished(done.stdout, inputs.npus)
-    messages = read_messages((out / "fct.txt").read_text())
+    messages = read_messages((out / "fct.txt").read_text(), inputs.alltoall_message_bytes)
     return AstraRun(
         finished_s=finished,
         allreduce_s=allreduce_times(messages, inputs.npus, steps),
