@@ -86,8 +86,25 @@ FINISHED = re.compile(r"^rank (\d+) finished at (-?\d+) ns$", re.M)
 COUNTERS = re.compile(r"^CC_COUNTERS (.*)$", re.M)
 
 
+STOP_AT_S = 10.0
+"""A run's simulated-time limit (the frontend patch's --stop-at-seconds): ten seconds of
+fabric time, hundreds of steps of the note's job. A fabric that goes idle with work left (a
+PFC pause never resumed, a go-back-N tail lost with no timeout) ends there."""
+UNFINISHED = re.compile(r"^all ranks finished: no, simulated time (\d+) ns$", re.M)
+
+
 class AstraError(RuntimeError):
     """Inputs that cannot be written for ASTRA-sim, or a run of it that failed; one line."""
+
+
+class AstraUnfinished(AstraError):
+    """A run that stopped with ranks unfinished: its fabric went idle with work left, or it
+    reached its simulated-time limit."""
+
+    def __init__(self, message: str, stopped_s: float, counters: dict[str, int]) -> None:
+        super().__init__(message)
+        self.stopped_s = stopped_s
+        self.counters = counters
 
 
 def _check(config: RunConfig) -> float:
@@ -302,6 +319,7 @@ class Inputs:
             f"--remote-memory-configuration={self.folder / 'memory.json'}",
             f"--logical-topology-configuration={self.folder / 'logical.json'}",
             "--comm-group-configuration=empty",
+            f"--stop-at-seconds={STOP_AT_S:g}",
         ]
 
 
@@ -473,6 +491,16 @@ def run(binary: str, inputs: Inputs, cc: str, steps: int, timeout_s: float = 720
     wall = time.monotonic() - started
     (out / "stdout.txt").write_text(done.stdout)
     (out / "stderr.txt").write_text(done.stderr)
+    if UNFINISHED.search(done.stdout) is not None:
+        left = len([1 for _, ns in FINISHED.findall(done.stdout) if int(ns) < 0])
+        messages = read_messages((out / "fct.txt").read_text())
+        last = max((m[3] for m in messages), default=0.0)
+        raise AstraUnfinished(
+            f"ASTRA-sim stopped with {left} of {inputs.npus} ranks unfinished, its last "
+            f"message done at {last * 1e3:.2f} ms of {STOP_AT_S:g} s (see {out})",
+            last,
+            read_counters(done.stdout),
+        )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["?"])[-1]
         raise AstraError(f"ASTRA-sim exited with {done.returncode}: {last} (see {out})")
