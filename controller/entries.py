@@ -110,6 +110,13 @@ def trim_queue_limit(index: P4InfoIndex, port: int, trim_queue_bytes: int):
     )
 
 
+def control_queue(index: P4InfoIndex, opcode: int):
+    """Transport control with FTH opcode `opcode` waits in the data queue, behind data."""
+    return index.table_entry(
+        p4names.CONTROL_QUEUE_TABLE, {p4names.FTH_OPCODE: opcode}, p4names.QUEUE_WITH_DATA, {}
+    )
+
+
 def trim_ineligible(index: P4InfoIndex, dscp: int):
     """Traffic class `dscp` is dropped, not trimmed, when its queue is full."""
     return index.table_entry(

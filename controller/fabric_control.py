@@ -268,6 +268,7 @@ def switch_entries(
         if name == switch
     ]
     result += trimming_entries(fabric, index, switch)
+    result += [entries.control_queue(index, opcode) for opcode in fabric.control_with_data]
     groups: dict[tuple, int] = {}
     routes = []
     for ip, hops in sorted(fabric.routes(switch).items()):

@@ -13,14 +13,16 @@ A description is JSON:
                     "ecn_kmax": 3200000, "ecn_pmax": 65536},
      "queues": {"low_queue_bytes": 16777216, "high_queue_bytes": 4194304},
      "ports": {"s1:2": {"ecn_kmin": 400000, "rate_bps": 100000000}},
-     "trimming": {"size": 128, "dscp_value": 48}}
+     "trimming": {"size": 128, "dscp_value": 48},
+     "control_queue": ["ack", "nack"]}
 
 Every switch port on a link gets the thresholds (with its own overrides from
 "ports") and the queue sizes; links with a rate shape both switch ends. Each
 switch routes every host's /32 along shortest paths, spreading over all
 equal-cost next hops with an ECMP group. "trimming" sets how every switch trims
 (`controller.trimming` has its keys; its defaults are the switch as it always
-was). A Tofino switch ("target": "tofino" or
+was). "control_queue" names the transport control every switch queues behind
+data instead of ahead of it (any of "ack", "nack", "cnp"; none by default). A Tofino switch ("target": "tofino" or
 "tofino2") also names, in "deflect_ports", a device port per pipe it uses
 (docs/tofino.md); a description holds one kind of Tofino or BMv2 and model
 switches, not both. The trimming section is the same for both; docs/tofino.md
@@ -40,7 +42,9 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from common.wire import Opcode
 from controller import trimming as trim_section
 from controller.checks import MAX_BYTES, check_int, check_object, show
 from controller.p4info import ConfigError
@@ -104,6 +108,8 @@ class Fabric:
     """(switch, port) -> the port on the neighbouring switch, for switch-switch links."""
     ports: dict[tuple[str, int], PortSpec] = field(default_factory=dict)
     trimming: Trimming = trim_section.DEFAULT
+    control_with_data: tuple[int, ...] = ()
+    """FTH opcodes of the transport control queued behind data (control_queue)."""
 
     def port_roles(self) -> dict[tuple[str, int], str]:
         """Every switch port on a link: "host" if a host is at its other end, else "fabric"."""
@@ -253,7 +259,16 @@ def parse(description) -> Fabric:
     description = check_object(
         description,
         "topology",
-        {"switches", "hosts", "links", "thresholds", "queues", "ports", "trimming"},
+        {
+            "switches",
+            "hosts",
+            "links",
+            "thresholds",
+            "queues",
+            "ports",
+            "trimming",
+            "control_queue",
+        },
     )
     switches: dict[str, SwitchSpec] = {}
     addresses: dict[str, str] = {}
@@ -347,7 +362,28 @@ def parse(description) -> Fabric:
             )
     fabric.trimming = trim_section.parse(description.get("trimming", {}))
     trim_section.check_ports(fabric.trimming, fabric.port_roles())
+    fabric.control_with_data = _control_queue(description.get("control_queue", []))
+    if fabric.control_with_data and kinds & set(TOFINO_TARGETS):
+        raise ConfigError(
+            "control_queue: the Tofino program sends transport control ahead of data only "
+            "(docs/tofino.md)"
+        )
     return fabric
+
+
+CONTROL_OPCODES = {"ack": int(Opcode.ACK), "nack": int(Opcode.NACK), "cnp": int(Opcode.CNP)}
+"""The transport control "control_queue" may name, by FTH opcode."""
+
+
+def _control_queue(names: Any) -> tuple[int, ...]:
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"control_queue must be a list of names, got {show(names)}")
+    unknown = [n for n in names if n not in CONTROL_OPCODES]
+    if unknown:
+        raise ConfigError(
+            f"control_queue: unknown {show(unknown[0])}; known: {', '.join(CONTROL_OPCODES)}"
+        )
+    return tuple(sorted({CONTROL_OPCODES[n] for n in names}))
 
 
 def load(path: str | Path) -> Fabric:

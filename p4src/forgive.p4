@@ -3,7 +3,8 @@
  * The FORGIVE switch for BMv2 simple_switch (v1model).
  *
  * Per egress port it keeps two strict-priority queues: transport control and
- * trimmed headers go high, everything else low. The program, not BMv2, decides
+ * trimmed headers go high (control may be queued with data instead, per
+ * opcode: control_queue), everything else low. The program, not BMv2, decides
  * what the low queue admits: BMv2 queues count packets, FORGIVE budgets bytes,
  * so ingress keeps each port's low-queue byte occupancy in a register and
  * trims (FTH DATA) or drops (anything else) a packet that would overflow it.
@@ -256,6 +257,23 @@ control ForgiveIngress(inout headers_t hdr,
         port_ce_marks.count((bit<32>)standard_metadata.egress_spec);
     }
 
+    /* Transport control goes ahead of data unless an entry here, keyed on the
+     * FTH opcode, queues it with data: ns-3's switches queue ACKs and NACKs
+     * behind data in one FIFO (ACK_HIGH_PRIO 0), and ASTRA-sim's CNP is a flag
+     * on the ACK. Such control is admitted as data is, but never trimmed or
+     * marked: a full data queue drops it. Trimmed DATA is not looked up: it
+     * always goes ahead. */
+    action queue_with_data() {
+        meta.control_with_data = 1;
+    }
+
+    table control_queue {
+        key = { hdr.fth.opcode: exact; }
+        actions = { queue_with_data; NoAction; }
+        default_action = NoAction();
+        size = 16;
+    }
+
     /* Egress may release bytes of the same port concurrently: the add is one
      * read-modify-write inside one action, which BMv2 runs under the register
      * array's lock (and which @atomic asks of any other target). */
@@ -313,66 +331,71 @@ control ForgiveIngress(inout headers_t hdr,
         if (meta.routed == 1) {
             if (expired || malformed) {
                 drop_at_port();
-            } else if (is_control) {
-                admit_high(size);
-            } else if (!port_thresholds.apply().hit) {
-                admit_low(size);
             } else {
-                bit<32> occupancy;
-                low_queue_occupancy.read(occupancy, (bit<32>)standard_metadata.egress_spec);
-                if (occupancy + size > meta.data_queue_bytes) {
-                    if (is_data) {
-                        trim_eligibility.apply();
-                        trim_acl.apply();
-                    }
-                    if (!is_data || meta.trim_disabled == 1) {
-                        drop_at_port();
-                    } else {
-                        meta.trim_size = TRIMMED_FRAME_BYTES;
-                        meta.trim_queue = PRIO_HIGH;
-                        switch_trimming.apply();
-                        bit<32> kept = size < meta.trim_size ? size : meta.trim_size;
-                        /* The trimmed packet must fit its queue: the data queue's
-                         * budget, or the high queue's limit where one is set. */
-                        bool full = false;
-                        if (meta.trim_queue == PRIO_LOW) {
-                            full = occupancy + kept > meta.data_queue_bytes;
-                        } else if (trim_queue_limit.apply().hit) {
-                            bit<32> queued;
-                            high_queue_occupancy.read(queued, (bit<32>)standard_metadata.egress_spec);
-                            full = queued + kept > meta.trim_queue_bytes;
-                        }
-                        if (full) {
-                            drop_trimmed();
-                        } else {
-                            trim(kept);
-                            trim_dscp.apply();
-                            if (meta.trim_queue == PRIO_LOW) {
-                                admit_low(kept);
-                            } else {
-                                admit_high(kept);
-                            }
-                        }
-                    }
-                } else {
-                    if (is_data && hdr.ipv4.ecn != ECN_NOT_ECT && hdr.ipv4.ecn != ECN_CE
-                            && occupancy >= meta.ecn_kmin) {
-                        if (occupancy >= meta.ecn_kmax) {
-                            mark_ce();
-                        } else {
-                            /* Probability pmax/65536 * (occ-kmin)/(kmax-kmin), without a
-                             * division: r*(kmax-kmin) < pmax*(occ-kmin), r uniform in [0, 65535]. */
-                            bit<16> r;
-                            random(r, 0, ECN_RANDOM_MAX);
-                            bit<64> lhs = (bit<64>)r * (bit<64>)(meta.ecn_kmax - meta.ecn_kmin);
-                            bit<64> rhs = (bit<64>)meta.ecn_pmax
-                                          * (bit<64>)(occupancy - meta.ecn_kmin);
-                            if (lhs < rhs) {
-                                mark_ce();
-                            }
-                        }
-                    }
+                if (is_control && hdr.fth.opcode != FTH_OPCODE_DATA) {
+                    control_queue.apply();
+                }
+                if (is_control && meta.control_with_data == 0) {
+                    admit_high(size);
+                } else if (!port_thresholds.apply().hit) {
                     admit_low(size);
+                } else {
+                    bit<32> occupancy;
+                    low_queue_occupancy.read(occupancy, (bit<32>)standard_metadata.egress_spec);
+                    if (occupancy + size > meta.data_queue_bytes) {
+                        if (is_data) {
+                            trim_eligibility.apply();
+                            trim_acl.apply();
+                        }
+                        if (!is_data || meta.trim_disabled == 1) {
+                            drop_at_port();
+                        } else {
+                            meta.trim_size = TRIMMED_FRAME_BYTES;
+                            meta.trim_queue = PRIO_HIGH;
+                            switch_trimming.apply();
+                            bit<32> kept = size < meta.trim_size ? size : meta.trim_size;
+                            /* The trimmed packet must fit its queue: the data queue's
+                             * budget, or the high queue's limit where one is set. */
+                            bool full = false;
+                            if (meta.trim_queue == PRIO_LOW) {
+                                full = occupancy + kept > meta.data_queue_bytes;
+                            } else if (trim_queue_limit.apply().hit) {
+                                bit<32> queued;
+                                high_queue_occupancy.read(queued, (bit<32>)standard_metadata.egress_spec);
+                                full = queued + kept > meta.trim_queue_bytes;
+                            }
+                            if (full) {
+                                drop_trimmed();
+                            } else {
+                                trim(kept);
+                                trim_dscp.apply();
+                                if (meta.trim_queue == PRIO_LOW) {
+                                    admit_low(kept);
+                                } else {
+                                    admit_high(kept);
+                                }
+                            }
+                        }
+                    } else {
+                        if (is_data && hdr.ipv4.ecn != ECN_NOT_ECT && hdr.ipv4.ecn != ECN_CE
+                                && occupancy >= meta.ecn_kmin) {
+                            if (occupancy >= meta.ecn_kmax) {
+                                mark_ce();
+                            } else {
+                                /* Probability pmax/65536 * (occ-kmin)/(kmax-kmin), without a
+                                 * division: r*(kmax-kmin) < pmax*(occ-kmin), r uniform in [0, 65535]. */
+                                bit<16> r;
+                                random(r, 0, ECN_RANDOM_MAX);
+                                bit<64> lhs = (bit<64>)r * (bit<64>)(meta.ecn_kmax - meta.ecn_kmin);
+                                bit<64> rhs = (bit<64>)meta.ecn_pmax
+                                              * (bit<64>)(occupancy - meta.ecn_kmin);
+                                if (lhs < rhs) {
+                                    mark_ce();
+                                }
+                            }
+                        }
+                        admit_low(size);
+                    }
                 }
             }
         }

@@ -15,6 +15,7 @@ queue, ECN from 800 KB) and shrunk by one `Scaling`. A fabric file is TOML:
     ecn_kmin_bytes = 800000
     ecn_kmax_bytes = 3200000
     ecn_pmax = 0.2
+    control = "high"            # or "data": ACKs, NACKs and CNPs queue behind data
 
     [emulation]                 # all optional
     host_link_mbps = 20
@@ -86,8 +87,18 @@ class SwitchSettings:
     ecn_kmin_bytes: int = 800_000
     ecn_kmax_bytes: int = 3_200_000
     ecn_pmax: float = 0.2
+    control: str = "high"
+    """"high": transport control (ACK, NACK, CNP) goes ahead of data, as the note's fabric
+    sends it; "data": it waits in the data queue, as ns-3's switches queue ACKs and NACKs in
+    the data FIFO (switch-node.cc, `SendToDev`: only CNPs and PFC go to queue 0 unless
+    ACK_HIGH_PRIO is set, and astra-network-ns3's config.txt leaves it 0) and ASTRA-sim's
+    CNP is a flag on the ACK. The controller sets it through forgive.p4's control_queue
+    table. Trimmed headers go ahead either way."""
 
 
+CONTROL_QUEUES = ("high", "data")
+CONTROL_WITH_DATA = ("ack", "nack", "cnp")
+"""What `control = "data"` queues behind data (controller.topology's control_queue names)."""
 WINDOWS = ("none", "bdp")
 DCQCN_STATES = ("message", "qp")
 PATHS = ("spray", "message")
@@ -197,6 +208,11 @@ def _check(spec: FabricSpec) -> FabricSpec:
         raise FabricError(
             f"[nic] dcqcn_state must be one of {', '.join(DCQCN_STATES)}, got {nic.dcqcn_state!r}"
         )
+    if spec.switch.control not in CONTROL_QUEUES:
+        raise FabricError(
+            f"[switch] control must be one of {', '.join(CONTROL_QUEUES)}, "
+            f"got {spec.switch.control!r}"
+        )
     if nic.paths not in PATHS:
         raise FabricError(f"[nic] paths must be one of {', '.join(PATHS)}, got {nic.paths!r}")
     if nic.cnp not in CNPS:
@@ -283,7 +299,7 @@ _NIC_KEYS = {
     "cnp": str,
     "ack_every": int,
 }
-_SWITCH_KEYS = {"data_queue_bytes", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax"}
+_SWITCH_KEYS = {"data_queue_bytes", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax", "control"}
 _EMULATION_KEYS = {"host_link_mbps", "byte_scale"}
 
 
@@ -296,7 +312,8 @@ def _typed(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
         ok = math.isfinite(value)
     if not ok:
         raise FabricError(
-            f"{where}{key} must be {'an integer' if kind is int else 'a finite number'}, "
+            f"{where}{key} must be "
+            f"{ {int: 'an integer', str: 'a string'}.get(kind, 'a finite number') }, "
             f"got {value!r}"
         )
     return value
@@ -327,7 +344,11 @@ def parse(doc: dict[str, Any]) -> FabricSpec:
             k: _typed(
                 table,
                 k,
-                float if k in ("ecn_pmax", "host_link_mbps", "byte_scale") else int,
+                str
+                if k == "control"
+                else float
+                if k in ("ecn_pmax", "host_link_mbps", "byte_scale")
+                else int,
                 f"[{section}] ",
             )
             for k in table
@@ -496,6 +517,11 @@ class Plan:
             # program, not the queue, decides when DATA is trimmed.
             "queues": {"low_queue_bytes": 2 * data_queue, "high_queue_bytes": data_queue},
             "trimming": self.trimming().to_json(),
+            **(
+                {"control_queue": list(CONTROL_WITH_DATA)}
+                if self.spec.switch.control == "data"
+                else {}
+            ),
         }
 
 

@@ -41,6 +41,7 @@ LATER_SETTINGS = (
     (("fabric", "nic"), "paths", "spray"),
     (("fabric", "nic"), "cnp", "paced"),
     (("fabric", "nic"), "ack_every", 0),
+    (("fabric", "switch"), "control", "high"),
 )
 """Settings added after runs were cached, with the default those runs ran: a run at the
 default keeps the key it had before the setting existed."""

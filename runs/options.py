@@ -15,6 +15,7 @@ from pathlib import Path
 from host_agent.core import DEFAULT_PROFILE, StaticSchedule
 from runplan.fabric import (
     CNPS,
+    CONTROL_QUEUES,
     DCQCN_STATES,
     PATHS,
     WINDOWS,
@@ -86,8 +87,9 @@ REGIME_PROFILES: dict[str, dict[str, str | float | int]] = {
         "data_queue_kib": 8192,
     },
     # ASTRA-sim's ns-3 backend as it runs, mechanisms and all (docs/astra-sim.md): astra's
-    # transport with ns-3's 1000-byte payload, a path per message (a new source port per
-    # QP), a CNP for every marked packet, and astra-sim's collective: the all-reduce in
+    # transport with ns-3's 1000-byte payload and an ACK per packet, ACKs, NACKs and CNPs in
+    # the switches' data queue, a path per message (a new source port per QP), a CNP for
+    # every marked packet, and astra-sim's collective: the all-reduce in
     # Ring.json's 4 parts, one at a time, each reduce-scatter message reduced at its 50 GB/s
     # local memory bandwidth, a ring message taken as received once its sender has its
     # last ACK.
@@ -97,6 +99,7 @@ REGIME_PROFILES: dict[str, dict[str, str | float | int]] = {
         "dcqcn_state": "message",
         "payload_bytes": 1000,
         "ack_every": 1,
+        "control": "data",
         "paths": "message",
         "cnp": "per-mark",
         "splits": 4,
@@ -147,6 +150,12 @@ def add_regime_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="data packets per ACK at most (default 0: the transport's coalescing, up to 32; "
         "ns-3 ACKs every packet, 1)",
+    )
+    parser.add_argument(
+        "--control-queue",
+        dest="control",
+        help="where switches queue ACKs, NACKs and CNPs: ahead of data (high, default) or "
+        "behind it in the data queue (data: ns-3's switches)",
     )
     parser.add_argument(
         "--paths",
@@ -304,6 +313,7 @@ REGIME_SETTINGS = (
     "payload_bytes",
     "ack_every",
     "data_queue_kib",
+    "control",
 )
 """The fabric's regime options, as REGIME_PROFILES and the command line name them; a
 profile's dcqcn is the run's, not the fabric's (dcqcn_profile)."""
@@ -352,6 +362,13 @@ def with_settings(spec: FabricSpec, settings: Mapping[str, str | float | None]) 
                 .replace("[nic] payload_bytes", "--payload-bytes")
                 .replace("[nic] ack_every", "--ack-every")
             ) from None
+    control = settings.get("control")
+    if control is not None:
+        if control not in CONTROL_QUEUES:
+            raise FabricError(
+                f"--control-queue must be one of {', '.join(CONTROL_QUEUES)}, got {control!r}"
+            )
+        spec = replace(spec, switch=replace(spec.switch, control=control))
     queue = settings.get("data_queue_kib")
     if queue is not None:
         queue = float(queue)

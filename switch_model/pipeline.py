@@ -89,6 +89,7 @@ class Headers:
         is_data: bool,
         is_control: bool,
         malformed: bool,
+        opcode: int,
     ) -> None:
         self.tos = tos
         self.ttl = ttl
@@ -102,6 +103,8 @@ class Headers:
         """Any other FTH packet (ACK, NACK, CNP, trimmed DATA): the high queue."""
         self.malformed = malformed
         """A parser error (IPv4 options, a header cut short, FTH version) or a bad checksum."""
+        self.opcode = opcode
+        """hdr.fth.opcode (0 without an FTH): what control_queue is keyed on."""
 
 
 class Pipeline:
@@ -148,6 +151,7 @@ class Pipeline:
         error = version_ihl & 0x0F != IPV4_IHL_NO_OPTIONS
         sport: int = 0
         dport: int = 0
+        opcode: int = 0
         is_data = is_control = False
         if not error and protocol == IPPROTO_UDP:
             # state parse_udp
@@ -162,9 +166,8 @@ class Pipeline:
                     else:
                         version_opcode = frame[FTH_VERSION_OPCODE_AT]
                         error = version_opcode >> 4 != FTH_VERSION
-                        is_data = (
-                            version_opcode & 0x0F == _DATA and not frame[FTH_FLAGS_AT] & _TRIMMED
-                        )
+                        opcode = version_opcode & 0x0F
+                        is_data = opcode == _DATA and not frame[FTH_FLAGS_AT] & _TRIMMED
                         is_control = not is_data
         return Headers(
             tos,
@@ -176,6 +179,7 @@ class Pipeline:
             is_data,
             is_control,
             error or ipv4_words_checksum(words) != 0,  # ForgiveVerifyChecksum
+            opcode,
         )
 
     # -- ForgiveIngress ------------------------------------------------------------------
@@ -198,7 +202,7 @@ class Pipeline:
         if egress is None:
             return self.drop("no such port")
         self.set_nhop(frame, route, hdr)
-        if hdr.is_control:
+        if hdr.is_control and (hdr.opcode == _DATA or not fwd.control_queue(hdr.opcode)):
             return self.admit_high(frame, egress, now)
         th = fwd.port_thresholds(port)
         if th is None:

@@ -23,6 +23,7 @@ from typing import NamedTuple
 from p4.config.v1 import p4info_pb2
 
 from common.p4names import (
+    CONTROL_QUEUE_TABLE,
     DISABLE_TRIM,
     DROP,
     DSCP,
@@ -31,6 +32,7 @@ from common.p4names import (
     ECMP_MEMBER,
     ECMP_TABLE,
     EGRESS_SPEC,
+    FTH_OPCODE,
     LPM_TABLE,
     NO_ACTION,
     PORT_CE_MARKS,
@@ -39,6 +41,7 @@ from common.p4names import (
     PORT_TRIM_TX,
     PORT_TRIMS,
     PORT_TX,
+    QUEUE_WITH_DATA,
     SET_ECMP_GROUP,
     SET_NHOP,
     SET_SWITCH_TRIMMING,
@@ -133,6 +136,7 @@ TABLE_KEYS: dict[str, tuple[tuple[str, int, int], ...]] = {
     ),
     TRIM_DSCP_TABLE: ((EGRESS_SPEC, _MT.EXACT, 9),),
     TRIM_QUEUE_TABLE: ((EGRESS_SPEC, _MT.EXACT, 9),),
+    CONTROL_QUEUE_TABLE: ((FTH_OPCODE, _MT.EXACT, 4),),
 }
 """Per table, its key fields in P4Info order: name, match type, bit width."""
 
@@ -145,6 +149,7 @@ TABLE_ACTIONS: dict[str, frozenset[str]] = {
     TRIM_ACL_TABLE: frozenset({DISABLE_TRIM}),
     TRIM_DSCP_TABLE: frozenset({SET_TRIM_DSCP}),
     TRIM_QUEUE_TABLE: frozenset({SET_TRIM_QUEUE_BYTES}),
+    CONTROL_QUEUE_TABLE: frozenset({QUEUE_WITH_DATA}),
 }
 """Actions an entry may use; NoAction may also appear on any table (p4c adds it)."""
 
@@ -157,6 +162,7 @@ ACTION_PARAMS: dict[str, tuple[tuple[str, int], ...]] = {
     DISABLE_TRIM: (),
     SET_TRIM_DSCP: (("dscp", 6),),
     SET_TRIM_QUEUE_BYTES: (("trim_queue_bytes", 32),),
+    QUEUE_WITH_DATA: (),
     NO_ACTION: (),
 }
 

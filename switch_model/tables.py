@@ -106,6 +106,9 @@ class Forwarding:
     trim_queue: dict[int, int | None] = field(default_factory=dict)
     """trim_queue_limit: egress port -> the high queue's bytes for trims."""
     trim_queue_default: int | None = None
+    with_data: frozenset[int] = frozenset()
+    """control_queue: the FTH opcodes whose entry runs queue_with_data."""
+    with_data_default: bool = False
     cache: dict[int, Route] = field(default_factory=dict)
 
     def ecmp_nhop(self, group_id: int, member: int) -> Route:
@@ -127,6 +130,10 @@ class Forwarding:
             if src & src_m == src_v and dst & dst_m == dst_v and dscp & dscp_m == dscp_v:
                 return disables
         return self.acl_default
+
+    def control_queue(self, opcode: int) -> bool:
+        """True when transport control of this opcode waits in the data queue."""
+        return opcode in self.with_data or self.with_data_default
 
     def trim_dscp(self, port: int) -> int | None:
         return self.dscp.get(port, self.dscp_default)
@@ -411,6 +418,9 @@ class TableStore:
     def _disables(self, entry: p4runtime_pb2.TableEntry) -> bool:
         return self._runs(entry, p4names.DISABLE_TRIM) is not None
 
+    def _with_data(self, entry: p4runtime_pb2.TableEntry) -> bool:
+        return self._runs(entry, p4names.QUEUE_WITH_DATA) is not None
+
     def _one(self, entry: p4runtime_pb2.TableEntry, action: str) -> int | None:
         """The one parameter of `action` if the entry runs it."""
         args = self._runs(entry, action)
@@ -438,6 +448,7 @@ class TableStore:
         queue, queue_default = self._per_port(
             p4names.TRIM_QUEUE_TABLE, p4names.SET_TRIM_QUEUE_BYTES
         )
+        control_id = ids[p4names.CONTROL_QUEUE_TABLE]
         return Forwarding(
             lpm=lpm,
             lpm_default=self._route(self.defaults[ids[p4names.LPM_TABLE]]),
@@ -456,4 +467,8 @@ class TableStore:
             dscp_default=dscp_default,
             trim_queue=queue,
             trim_queue_default=queue_default,
+            with_data=frozenset(
+                key[0] for key, e in self.entries[control_id].items() if self._with_data(e)
+            ),
+            with_data_default=self._with_data(self.defaults[control_id]),
         )

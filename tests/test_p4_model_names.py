@@ -23,6 +23,7 @@ PARAMETER_ACTIONS = {
     "set_switch_trimming",
     "disable_trim",
     "set_trim_queue_bytes",
+    "queue_with_data",
 }
 """Actions that only copy a table entry's parameters into metadata: in the model the table's
 lookup (a `Forwarding` method) returns them instead."""

@@ -80,6 +80,8 @@ struct metadata_t {
     bit<3>  trim_queue;
     bit<1>  trim_disabled;
     bit<32> trim_queue_bytes;
+    /* Set by control_queue: this transport control waits in the data queue. */
+    bit<1>  control_with_data;
 }
 
 #endif
