@@ -47,6 +47,7 @@ BOTH_BUILDS = (
     # the switch model: pipeline, port, tables and the P4Runtime server over them
     "test_pipeline.py",
     "test_pipeline_properties.py",
+    "test_control_queue.py",
     "test_port_model.py",
     "test_p4runtime_server.py",
     "test_p4runtime_spec_codes.py",

@@ -115,6 +115,7 @@ def test_shell_and_project_client_agree_on_every_table_and_counter(shell):
             entries.trim_acl(index, 5, src=(0x0A000107, 32), dscp=20),
             entries.trim_dscp(index, 2, 3),
             entries.trim_queue_limit(index, 2, 116),
+            entries.control_queue(index, 1),
             entries.route(index, 0x0A000202, 32, 0x020000000002, 2),
         ]
         for entry in wanted:
