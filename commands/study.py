@@ -36,6 +36,7 @@ from runplan.run import ENGINES, JOBS, RunConfig, RunError, Workload
 from runs.cache import RunCache, run_cached
 from runs.csvfile import write_runs_csv
 from runs.options import (
+    REGIME_PROFILES,
     TIMEOUT_HELP,
     add_regime_options,
     add_schedule_option,
@@ -190,8 +191,13 @@ def _register_regime(which: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--dcqcn",
-        default=DEFAULT_PROFILE,
-        help=f"the base point's profile: {', '.join(PROFILES)}",
+        help=f"the base point's DCQCN profile: {', '.join(PROFILES)} (default "
+        f"{DEFAULT_PROFILE}, or --profile's)",
+    )
+    p.add_argument(
+        "--profile",
+        help=f"the base point under a named set of regime options: {', '.join(REGIME_PROFILES)} "
+        "(default none); cells without=MECHANISM then take one of its mechanisms away",
     )
     add_schedule_option(p, REGIME_CRITICAL)
     _run_options(p, "regime")
@@ -303,8 +309,12 @@ def _regime_setup(args: argparse.Namespace):
         raise RunError(f"--workers must be >= 1, got {args.workers}")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise RunError(f"--timeout must be a finite number > 0, got {args.timeout}")
-    if args.dcqcn not in PROFILES:
+    if args.dcqcn is not None and args.dcqcn not in PROFILES:
         raise RunError(f"--dcqcn must be one of {', '.join(PROFILES)}, got {args.dcqcn!r}")
+    if args.profile is not None and args.profile not in REGIME_PROFILES:
+        raise RunError(
+            f"--profile must be one of {', '.join(REGIME_PROFILES)}, got {args.profile!r}"
+        )
     cells = regime.DEFAULT_GRID if args.cells is None else regime.parse_cells(args.cells)
     seeds = DEFAULT_SEEDS if args.seeds is None else _ints(args.seeds, "--seeds")
     base = RunConfig(
@@ -313,9 +323,12 @@ def _regime_setup(args: argparse.Namespace):
             JOBS[args.job], steps=args.steps, critical=critical_from(args, args.steps)
         ),
         timeout_s=args.timeout,
-        dcqcn=args.dcqcn,
         engine="sim",
     )
+    if args.profile is not None:
+        base = regime.with_profile(base, args.profile)
+    if args.dcqcn is not None:
+        base = replace(base, dcqcn=args.dcqcn)
     left_out: list[str] = []
     if args.cells is None:
         cells, left_out = regime.feasible(cells, base)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from host_agent.core import DEFAULT_PROFILE, PROFILES
@@ -24,10 +24,12 @@ from runplan.fabric import (
     WINDOWS,
     FabricError,
     FabricSpec,
+    NicSettings,
+    SwitchSettings,
     with_data_queue,
 )
-from runplan.run import RunConfig, RunError
-from runs.options import REGIME_PROFILES, profile_job
+from runplan.run import RunConfig, RunError, Workload
+from runs.options import REGIME_PROFILES, profile_job, with_settings
 from runs.options import with_profile as profile_fabric
 from runs.results import RunResult, render_table
 from study.claims import number
@@ -82,6 +84,39 @@ def with_profile(config: RunConfig, name: str) -> RunConfig:
     )
 
 
+def _default(cls: type, name: str) -> Any:
+    """The project's own value of a setting: its dataclass field's default."""
+    return next(f.default for f in fields(cls) if f.name == name)
+
+
+def _job_default(config: RunConfig, *names: str) -> RunConfig:
+    workload = replace(config.workload, **{n: _default(Workload, n) for n in names})
+    return replace(config, workload=workload)
+
+
+def _fabric_default(config: RunConfig, key: str, cls: type = NicSettings) -> RunConfig:
+    return replace(config, fabric=with_settings(config.fabric, {key: _default(cls, key)}))
+
+
+MECHANISMS: dict[str, Callable[[RunConfig], RunConfig]] = {
+    "splits": lambda c: _job_default(c, "splits", "active_splits"),
+    "completion": lambda c: _job_default(c, "completion"),
+    "local-mem": lambda c: _job_default(c, "reduce_bytes_per_s"),
+    "control": lambda c: _fabric_default(c, "control", SwitchSettings),
+    "ack-every": lambda c: _fabric_default(c, "ack_every"),
+    "paths": lambda c: _fabric_default(c, "paths"),
+    "cnp": lambda c: _fabric_default(c, "cnp"),
+    "payload": lambda c: _fabric_default(c, "payload_bytes"),
+    "window": lambda c: _fabric_default(c, "window"),
+    "dcqcn": lambda c: replace(c, dcqcn=DEFAULT_PROFILE),
+}
+"""`without=NAME`: one mechanism of a profile's base point (`study regime --profile`) set back
+to the project's own default, the rest kept, so a grid shows which mechanism carries a
+figure: the all-reduce's parts, step completion by the sender's ACK, the reduction's memory
+time, control queued behind data, an ACK per packet, a path per message, a CNP per mark, the
+payload, the window and the DCQCN profile (the DCQCN state is the `dcqcn-state` axis) (docs/astra-sim.md)."""
+
+
 AXES: dict[str, Callable[[RunConfig, Any], RunConfig]] = {
     "step/buffer": with_step_over_buffer,
     "dcqcn": lambda config, profile: replace(config, dcqcn=profile),
@@ -91,6 +126,7 @@ AXES: dict[str, Callable[[RunConfig, Any], RunConfig]] = {
     "tp": lambda config, phase: replace(config, workload=replace(config.workload, tp_phase=phase)),
     "profile": with_profile,
     "jitter": lambda config, frames: replace(config, jitter_frames=frames),
+    "without": lambda config, mechanism: MECHANISMS[mechanism](config),
 }
 """What each axis changes in a run's configuration."""
 NUMERIC: dict[str, tuple[float, float]] = {"step/buffer": (0.0, 1e3), "jitter": (0.0, 1e3)}
@@ -137,6 +173,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "dcqcn-state": DCQCN_STATES,
     "tp": TP_PHASES,
     "profile": tuple(REGIME_PROFILES),
+    "without": tuple(MECHANISMS),
 }
 """The values each named axis takes (the ring step's is any ratio)."""
 

@@ -42,6 +42,7 @@ def test_a_ring_step_on_the_notes_fabric_is_its_4_mib_queue():
         ("fabric=moon", "fabric is one of"),
         ("window=huge", "window is one of none, bdp"),
         ("tp=later", "tp is one of own, overlap"),
+        ("without=pfc", "without is one of splits, completion"),
         (",", "--cells is empty"),
     ],
 )
@@ -138,3 +139,55 @@ def test_a_profile_cell_is_the_run_study_note_makes_with_that_profile(
     celled = cell.config(base, TIGHT, 1)
     assert celled == noted and run_key(celled) == run_key(noted)
     assert celled.fabric != base.fabric and celled.dcqcn == "nic" != base.dcqcn
+
+
+def test_a_profile_base_point_is_the_run_study_note_makes_with_that_profile():
+    note = _study_args(*note_argv("astra-ns3"), "--critical-steps", "1")
+    noted = study_cli.setup_from(note)[0].config(BY_NAME[TIGHT], 1)
+    grid = _study_args("regime", "--profile", "astra-ns3", "--byte-scale", "128", "--cells", "base")
+    base, (cell,), _, _, _ = study_cli._regime_setup(grid)
+    celled = cell.config(base, TIGHT, 1)
+    assert note.profile == "astra-ns3"
+    assert celled == noted and run_key(celled) == run_key(noted)
+
+
+def note_argv(profile: str) -> list[str]:
+    return ["note", "--profile", profile, "--byte-scale", "128", "--steps", "5"]
+
+
+def _settings(config: RunConfig) -> dict[str, object]:
+    """Every setting a `without` cell may touch, by the mechanism's name."""
+    nic, job = config.fabric.nic, config.workload
+    return {
+        "splits": (job.splits, job.active_splits),
+        "completion": job.completion,
+        "local-mem": job.reduce_bytes_per_s,
+        "control": config.fabric.switch.control,
+        "ack-every": nic.ack_every,
+        "paths": nic.paths,
+        "cnp": nic.cnp,
+        "payload": nic.payload_bytes,
+        "window": nic.window,
+        "dcqcn": config.dcqcn,
+    }
+
+
+@pytest.mark.parametrize("mechanism", list(regime.MECHANISMS))
+def test_a_without_cell_sets_one_mechanism_back_to_the_projects_default(mechanism):
+    plain = RunConfig(fabric_from("note-4to1", "sim", None, 128), workload=JOBS["note"])
+    grid = _study_args("regime", "--profile", "astra-ns3", "--byte-scale", "128", "--cells",
+                       f"base,without={mechanism}")  # fmt: skip
+    base, (b, cell), _, _, _ = study_cli._regime_setup(grid)
+    before, after = _settings(b.config(base, TIGHT, 1)), _settings(cell.config(base, TIGHT, 1))
+    ours = _settings(plain)
+    assert cell.name == f"without={mechanism}"
+    assert before[mechanism] != ours[mechanism]
+    assert after[mechanism] == ours[mechanism]
+    assert {k: v for k, v in after.items() if k != mechanism} == {
+        k: v for k, v in before.items() if k != mechanism
+    }
+
+
+def test_a_bad_regime_profile_is_refused_in_one_line():
+    with pytest.raises(RunError, match="--profile must be one of astra, astra-buffer, astra-ns3"):
+        study_cli._regime_setup(_study_args("regime", "--profile", "ns3"))
