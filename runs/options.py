@@ -200,7 +200,7 @@ def add_regime_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="GBPS",
         help="a reduce-scatter message waits three passes over its bytes at this many GB/s "
-        "before the ring goes on (default: none; ASTRA-sim's local-mem-bw, 50 in Ring.json)",
+        "before the ring goes on (default 0: none; ASTRA-sim's local-mem-bw, 50 in Ring.json)",
     )
     parser.add_argument(
         "--completion",
@@ -261,8 +261,8 @@ def job_regime(args: argparse.Namespace) -> dict[str, str | int | float]:
     gbs = getattr(args, "local_mem_gbs", None)
     gbs = profile.get("local_mem_gbs") if gbs is None else gbs
     if gbs is not None:
-        if not (isinstance(gbs, int | float) and math.isfinite(gbs) and gbs > 0):
-            raise FabricError(f"--local-mem-gbs must be a finite number > 0, got {gbs!r}")
+        if not (isinstance(gbs, int | float) and math.isfinite(gbs) and gbs >= 0):
+            raise FabricError(f"--local-mem-gbs must be a finite number >= 0, got {gbs!r}")
         out["reduce_bytes_per_s"] = float(gbs) * 1e9
     completion = getattr(args, "completion", None) or profile.get("completion")
     if completion is not None:

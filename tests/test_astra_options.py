@@ -56,6 +56,10 @@ def test_the_command_line_sets_each_mechanism_and_names_a_bad_one():
     )
     assert job == {"splits": 4, "active_splits": 2, "completion": "sender-ack"}
     assert job_regime(_args([])) == {}, "unset, the job keeps its own"
+    assert job_regime(_args(["--local-mem-gbs", "50"])) == {"reduce_bytes_per_s": 50e9}
+    # 0 is the job's own value, no reduction time, so a profile's can be taken away
+    none = job_regime(_args(["--profile", "astra-ns3", "--local-mem-gbs", "0"]))
+    assert none["reduce_bytes_per_s"] == Workload.reduce_bytes_per_s == 0.0
     for argv, message in [
         (["--paths", "ecmp"], "--paths must be one of spray, message, got 'ecmp'"),
         (["--cnp", "none"], "--cnp must be one of paced, per-mark, got 'none'"),
@@ -70,6 +74,8 @@ def test_the_command_line_sets_each_mechanism_and_names_a_bad_one():
             ["--completion", "acked"],
             "--completion must be one of receiver, sender-ack, got 'acked'",
         ),
+        (["--local-mem-gbs", "-1"], "--local-mem-gbs must be a finite number >= 0, got -1.0"),
+        (["--local-mem-gbs", "inf"], "--local-mem-gbs must be a finite number >= 0, got inf"),
     ]:
         with pytest.raises(FabricError) as err:
             job_regime(_args(argv))
