@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
+from typing import Any
 
 from common import records
 from controller.topology import parse as parse_description
@@ -31,6 +32,19 @@ from simulator.engine import Job, SimulationError, VirtualFabric, sim_endpoints,
 
 SAMPLE_EVERY_S = 0.5e-3
 """Fabric time between samples of the switches' counters (the trims timeline)."""
+MAX_SAMPLES = 10_000
+"""Samples the timeline keeps at most (even): past it every other is dropped and the interval
+doubles, so a run that hangs until its timeout keeps a bounded timeline (a 20-step note run at
+the first interval takes about 1,600)."""
+
+
+def bounded(timeline: list[Any], every: float) -> float:
+    """Thin `timeline` to every other sample once it holds more than MAX_SAMPLES, keeping the
+    first and the newest at an even spacing; returns the interval to sample at from now."""
+    if len(timeline) <= MAX_SAMPLES:
+        return every
+    del timeline[1::2]
+    return 2 * every
 
 
 def _unwatched(done: int, trims: int) -> None:
@@ -98,13 +112,15 @@ def simulate(
         ]
 
         def sampler(sim: VirtualFabric, ranks):
+            every = SAMPLE_EVERY_S * time_scale
             while True:
                 trims = sim.fabric_total("trims")
                 timeline.append(
                     {"t": sim.now, "trims": trims, "ce_marks": sim.fabric_total("ce_marks")}
                 )
                 on_progress(min(r.steps_done for r in ranks), trims)
-                yield SAMPLE_EVERY_S * time_scale  # a `Clock` process sleeps what it yields
+                every = bounded(timeline, every)
+                yield every  # a `Clock` process sleeps what it yields
 
         started = time.perf_counter()
         try:

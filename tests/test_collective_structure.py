@@ -180,3 +180,25 @@ def test_a_reduce_scatter_message_is_reduced_before_the_ring_goes_on(splits):
 def test_the_reduction_rate_is_checked():
     with pytest.raises(ValueError, match="reduce_bytes_per_s must be a finite number >= 0"):
         config(reduce_bytes_per_s=-1.0).validate()
+
+
+@pytest.mark.parametrize("completion", ["receiver", "sender-ack"])
+def test_a_shed_message_settles_its_ring_step_under_either_completion(completion):
+    """A shed gradient message has no last ACK: under 'sender-ack' its sender's shedding is what
+    tells the receiver, or the ring waits for ever (a run of `shed` under astra-ns3 hung)."""
+    host = HostConfig(
+        endpoint=EndpointConfig(
+            policy=parse_policy("loose"), line_rate_bps=RATE, rto=1.0, rto_max=10.0, dcqcn="off"
+        )
+    )
+    fabric = star(
+        len(RANKS), port_rate_bps=int(RATE), data_queue_bytes=64 * DATA_FRAME_LEN,
+        ecn_kmin=NO_MARKS, ecn_kmax=NO_MARKS, ecn_pmax=0,
+    )  # fmt: skip
+    cfg = config(steps=4, critical=(1,), splits=2, completion=completion)
+    _, ranks, outs = train(cfg, fabric, host, delay_s=DELAY, limit_s=1.0)
+    assert all(r.trained and not r.failed for r in ranks)
+    steps = [json.loads(line) for out in outs for line in out.getvalue().splitlines()]
+    records = [s for s in steps if s["type"] == "train_step"]
+    assert len(records) == 4 * len(RANKS)
+    assert sum(s["grad_shed"] for s in records) > 0, "some messages were shed"

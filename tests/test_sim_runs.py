@@ -4,6 +4,7 @@ to a Dask cluster."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -88,3 +89,21 @@ def test_bad_engine_options_are_one_line_and_status_2(args, message, capsys):
     assert main(["compare", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def test_the_trims_timeline_stays_bounded_however_long_a_run_lasts():
+    """A run that hangs until its timeout samples the switches' counters all the while: the
+    timeline thins itself (every other sample, twice the interval) past MAX_SAMPLES, so its
+    memory is bounded (a hung 64-rank run had grown to 11 GB) and its spacing stays even."""
+    from simulator.run import MAX_SAMPLES, bounded
+
+    timeline: list[float] = []
+    every, t = 1.0, 0.0
+    for _ in range(20 * MAX_SAMPLES):
+        timeline.append(t)
+        every = bounded(timeline, every)
+        t += every
+        assert len(timeline) <= MAX_SAMPLES
+    gaps = {b - a for a, b in itertools.pairwise(timeline)}
+    # the first sample, the newest, and an even spacing between, however often it thinned
+    assert timeline[0] == 0.0 and timeline[-1] == t - every and gaps == {every} and every > 1

@@ -186,14 +186,15 @@ class Rank:
             self._settle(("recv", event.flow), now)
         elif isinstance(event, SendDone):
             self.sent[event.flow] = event
-            if self.on_sent is not None:
-                msg = self.messages.get(event.flow)
-                if msg is not None and msg.kind == Kind.GRADIENT:
-                    self.on_sent(msg, now)
+            self._tell_sent(event.flow, now)
             self._settle(("send", event.flow), now)
         elif isinstance(event, Shed):
             (self.sent if event.sending else self.received)[event.flow] = event
-            if not event.sending:
+            if event.sending:
+                # a shed message is done at its sender at once: no last ACK will follow, and
+                # under 'sender-ack' its receiver waits on this instead
+                self._tell_sent(event.flow, now)
+            else:
                 self._record_loss(event)
             self._settle(("send" if event.sending else "recv", event.flow), now)
         elif isinstance(event, FlowFailed):
@@ -417,6 +418,13 @@ class Rank:
         if self.cfg.completion == "sender-ack":
             tokens += [("acked", m.flow) for m in msgs]
         return tokens
+
+    def _tell_sent(self, flow: int, now: float) -> None:
+        """A gradient message of this rank's is done at its sender (`on_sent`)."""
+        if self.on_sent is not None:
+            msg = self.messages.get(flow)
+            if msg is not None and msg.kind == Kind.GRADIENT:
+                self.on_sent(msg, now)
 
     def peer_acked(self, flow: int, now: float) -> None:
         """The sender of `flow`, a ring message to this rank, has the ACK of its last byte:
