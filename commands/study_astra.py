@@ -190,12 +190,19 @@ def _noncritical(config: RunConfig) -> list[int]:
 
 def _astra_key(inputs: astra.Inputs, cc: str, binary: str) -> str:
     """What decides an ASTRA-sim run's figures: its inputs' bytes, its config, the binary and
-    how its outputs are read (study.astra.READ_VERSION)."""
+    how its outputs are read (study.astra.READ_VERSION). Where the inputs were written is not
+    part of it: the config names its files by their paths, so the folder is taken out, and the
+    same run written under another --out is the same run."""
     digest = hashlib.sha256(f"read {astra.READ_VERSION}".encode())
+    here = str(inputs.folder).encode()
+
+    def content(path: Path) -> bytes:
+        return path.read_bytes().replace(here, b"$INPUTS")
+
     for path in sorted(inputs.folder.rglob("*")):
         if path.is_file() and not path.relative_to(inputs.folder).parts[0].startswith("out-"):
-            digest.update(str(path.relative_to(inputs.folder)).encode() + path.read_bytes())
-    digest.update((inputs.output(cc) / "config.txt").read_bytes())
+            digest.update(str(path.relative_to(inputs.folder)).encode() + content(path))
+    digest.update(content(inputs.output(cc) / "config.txt"))
     stat = Path(binary).stat()
     digest.update(f"{Path(binary).resolve()} {stat.st_size} {stat.st_mtime_ns}".encode())
     return digest.hexdigest()[:16]

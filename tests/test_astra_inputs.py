@@ -129,3 +129,21 @@ def test_astra_sim_runs_the_inputs_and_its_all_reduce_is_at_least_the_line_rate_
     assert run.counters["qps_completed"] == 64 * 2 * 63 * 4
     json.dumps(run.to_json())
     assert shutil.which(ASTRA_SIM) or Path(ASTRA_SIM).is_file()
+
+
+def test_the_same_run_written_under_two_folders_is_one_cached_astra_run(tmp_path):
+    """Its config names its files by path; the cache key must not, or every --out reruns it."""
+    from commands.study_astra import _astra_key
+
+    keys = []
+    for name in ("a", "b"):
+        inputs = astra.Inputs(tmp_path / name / "astra-inputs", 64)
+        out = inputs.output("dcqcn")
+        out.mkdir(parents=True)
+        (inputs.folder / "system.json").write_text('{"preferred-dataset-splits": 4}')
+        (out / "config.txt").write_text(astra.config_text(config(), inputs.folder, "dcqcn"))
+        assert str(inputs.folder) in (out / "config.txt").read_text()
+        keys.append(_astra_key(inputs, "dcqcn", shutil.which("python3") or "/bin/sh"))
+    assert keys[0] == keys[1]
+    (inputs.folder / "system.json").write_text('{"preferred-dataset-splits": 1}')
+    assert _astra_key(inputs, "dcqcn", shutil.which("python3") or "/bin/sh") != keys[0]
