@@ -25,6 +25,8 @@ from p4.config.v1 import p4info_pb2
 
 from controller import DEVICE_CONFIG, P4INFO
 from switch_model import control
+from switch_model.dataplane import Dataplane
+from switch_model.p4runtime_server import SwitchService, serve
 from topologies.ports import free_port as free_tcp_port
 from topologies.processes import stop_process
 
@@ -284,3 +286,15 @@ class Bmv2Process:
                 self.proc.kill()
                 self.proc.wait()
             self.proc = None
+
+
+@contextlib.contextmanager
+def model_switch(device_id: int):
+    """The switch model serving P4Runtime on a free local port, with no pipeline and two
+    unused ports; yields its gRPC address and stops it after."""
+    address = f"127.0.0.1:{free_tcp_port()}"
+    server = serve(SwitchService(device_id, Dataplane({2: "unused2", 3: "unused3"})), address)
+    try:
+        yield address
+    finally:
+        server.stop(0).wait()

@@ -13,15 +13,13 @@ import sys
 
 import pytest
 from p4.v1 import p4runtime_pb2
-from switch_harness import free_tcp_port
+from switch_harness import model_switch
 
 from commands.p4shell import SHELL_ELECTION_ID
 from common import p4names
 from controller import DEVICE_CONFIG, P4INFO, entries
 from controller.client import ELECTION_ID, SwitchClient
 from controller.p4info import P4InfoIndex, load_p4info
-from switch_model.dataplane import Dataplane
-from switch_model.p4runtime_server import SwitchService, serve
 
 pytest.importorskip("p4runtime_sh.shell", reason="p4runtime-shell (test extras) missing")
 
@@ -42,12 +40,8 @@ e.insert()
 
 @pytest.fixture
 def switch():
-    address = f"127.0.0.1:{free_tcp_port()}"
-    server = serve(SwitchService(DEVICE_ID, Dataplane({2: "unused2", 3: "unused3"})), address)
-    try:
+    with model_switch(DEVICE_ID) as address:
         yield address
-    finally:
-        server.stop(0).wait()
 
 
 def shell(*args: str) -> subprocess.CompletedProcess:

@@ -14,15 +14,13 @@ import ipaddress
 
 import pytest
 from p4.v1 import p4runtime_pb2
-from switch_harness import Bmv2Process, free_tcp_port
+from switch_harness import Bmv2Process, model_switch
 
 from common import p4names
 from controller import DEVICE_CONFIG, P4INFO, entries
 from controller.client import SwitchClient
 from controller.p4info import P4InfoIndex, entry_action, entry_key, load_p4info
 from switch_model import surface
-from switch_model.dataplane import Dataplane
-from switch_model.p4runtime_server import SwitchService, serve
 from switch_model.surface import PortCounters, SwitchTrimming, Thresholds
 
 sh = pytest.importorskip("p4runtime_sh.shell", reason="p4runtime-shell (test extras) missing")
@@ -36,12 +34,8 @@ DEVICE_ID = 1
 def switch(request):
     """The gRPC address of a fresh switch of the given target, with no pipeline."""
     if request.param == "model":
-        address = f"127.0.0.1:{free_tcp_port()}"
-        server = serve(SwitchService(DEVICE_ID, Dataplane({2: "unused2", 3: "unused3"})), address)
-        try:
+        with model_switch(DEVICE_ID) as address:
             yield address
-        finally:
-            server.stop(0).wait()
         return
     reason = Bmv2Process.missing()
     if reason:
