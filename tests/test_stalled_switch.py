@@ -59,8 +59,10 @@ def switch():
         client.set_pipeline(p4info(), device_config(), 1)
         yield proc, address, client
     finally:
-        client.close()
+        # the process first: closing a client whose switch is still stopped waits out the
+        # client's whole timeout for an answer that cannot come
         stop_process(proc)
+        client.close()
 
 
 def test_is_stopped_tells_a_stopped_process_from_a_running_or_gone_one():
