@@ -17,7 +17,9 @@ WIRESHARK_PLUGIN := $(HOME)/.local/lib/wireshark/plugins/forgive.lua
 .PHONY: setup run test soak lint format bench bench-agent bench-bmv2 bench-switch clean p4 p4-nic p4-tna ptf
 
 # The hot modules compiled by mypyc into build/native (common/native.py): rebuilt
-# here whenever one of their sources changed, a no-op otherwise; FORGIVE_PURE=1 runs without.
+# here whenever one of their sources changed, a no-op otherwise, a copy where the build cache
+# (~/.cache/forgive/native, FORGIVE_NATIVE_CACHE; empty: none) has these sources' build;
+# FORGIVE_PURE=1 runs without.
 setup: $(STAMP_PIP) $(WIRESHARK_PLUGIN)
 	@$(BIN)/python -W ignore::RuntimeWarning -c 'from common.native import build; build()'
 

@@ -30,6 +30,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -157,10 +158,70 @@ def loaded() -> dict[str, bool]:
     }
 
 
+CACHE_ENV = "FORGIVE_NATIVE_CACHE"
+"""Where finished builds are kept by what they were built from (default
+~/.cache/forgive/native; empty: no cache), as ccache keeps objects: a fresh clone of the same
+sources on the same Python and mypyc takes the extensions from there instead of a minute of
+compiling."""
+
+
+def _cache_dir() -> Path | None:
+    """This build's place in the cache, named by the sources, the Python and mypyc; None
+    without a cache."""
+    root = os.environ.get(CACHE_ENV, str(Path.home() / ".cache" / "forgive" / "native"))
+    if not root:
+        return None
+    from mypy.version import __version__ as mypy_version
+
+    key = json.dumps([sys.implementation.cache_tag, mypy_version, source_hashes()])
+    return Path(root) / hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def _built_files(folder: Path) -> list[Path]:
+    """A build's extensions, relative to `folder` (not its C sources and objects)."""
+    return [
+        p.relative_to(folder)
+        for p in folder.rglob("*" + importlib.machinery.EXTENSION_SUFFIXES[0])
+        if p.relative_to(folder).parts[0] not in ("c", "obj")
+    ]
+
+
+def _from_cache(cached: Path | None) -> bool:
+    """Copy a cached build into BUILD_DIR; False if the cache has none (or an incomplete one)."""
+    if cached is None or not (cached / "manifest.json").is_file():
+        return False
+    for rel in _built_files(cached):
+        (BUILD_DIR / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(cached / rel, BUILD_DIR / rel)
+    shutil.copy2(cached / "manifest.json", MANIFEST)  # last: the build is current only now
+    return build_status() == "current"
+
+
+def _to_cache(cached: Path | None) -> None:
+    """Keep the finished build in the cache (written aside, then renamed into place, so a
+    half-written one is never taken); a cache that cannot be written is only not used."""
+    if cached is None or cached.exists():
+        return
+    part = cached.with_name(f"{cached.name}.part{os.getpid()}")
+    try:
+        for rel in _built_files(BUILD_DIR):
+            (part / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(BUILD_DIR / rel, part / rel)
+        shutil.copy2(MANIFEST, part / "manifest.json")
+        part.rename(cached)
+    except OSError:
+        shutil.rmtree(part, ignore_errors=True)
+
+
 def build() -> None:
     """Compile COMPILED with mypyc into BUILD_DIR and record the sources' hashes; a no-op
-    while the build is current. mypyc type-checks the modules first and fails on an error."""
+    while the build is current, a copy where the cache (CACHE_ENV) has these sources' build.
+    mypyc type-checks the modules first and fails on an error."""
     if build_status() == "current":
+        return
+    cached = _cache_dir()
+    if _from_cache(cached):
+        print(f"compiled modules taken from the build cache {cached}")
         return
     from mypyc.build import mypycify  # only the build needs mypy; running does not
     from setuptools import setup
@@ -196,4 +257,5 @@ def build() -> None:
     MANIFEST.write_text(
         json.dumps({"cache_tag": sys.implementation.cache_tag, "sources": hashes}, indent=1)
     )
+    _to_cache(cached)
     print(f"compiled {len(COMPILED)} modules into {BUILD_DIR.relative_to(ROOT)}")

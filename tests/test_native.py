@@ -87,3 +87,44 @@ def test_an_edited_source_runs_as_plain_python(tmp_path, monkeypatch):
     assert not any(isinstance(f, native._CompiledFinder) for f in sys.meta_path)
     monkeypatch.setenv(native.PURE_ENV, "1")
     assert native.build_status() == "pure"
+
+
+def test_a_finished_build_is_kept_by_its_sources_and_taken_by_a_fresh_checkout(
+    tmp_path, monkeypatch
+):
+    """The build cache: what one checkout compiled, another of the same sources copies; an
+    entry cut short (no manifest) is never taken, and other sources name another entry."""
+    pytest.importorskip("mypy")
+    first, second = tmp_path / "one" / "native", tmp_path / "two" / "native"
+    monkeypatch.setenv(native.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+
+    def use(build_dir):
+        monkeypatch.setattr(native, "BUILD_DIR", build_dir)
+        monkeypatch.setattr(native, "MANIFEST", build_dir / "manifest.json")
+
+    use(first)  # a checkout that compiled: every extension and its manifest
+    for m in (*native.COMPILED, native.GROUP + "__mypyc"):
+        path = native._extension(m)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(m.encode())
+    native.MANIFEST.write_text(json.dumps(
+        {"cache_tag": sys.implementation.cache_tag, "sources": native.source_hashes()}
+    ))  # fmt: skip
+    assert native.build_status() == "current"
+    cached = native._cache_dir()
+    native._to_cache(cached)
+
+    use(second)  # a fresh checkout of the same sources
+    assert native.build_status() == "absent"
+    assert native._from_cache(cached) and native.build_status() == "current"
+    for m in native.COMPILED:
+        assert native._extension(m).read_bytes() == m.encode()
+
+    (cached / "manifest.json").unlink()  # an entry cut short
+    use(tmp_path / "three" / "native")
+    assert not native._from_cache(cached) and native.build_status() == "absent"
+    monkeypatch.setattr(native, "source_hashes", lambda: {m: "edited" for m in native.COMPILED})
+    assert native._cache_dir() != cached
+    monkeypatch.setenv(native.CACHE_ENV, "")
+    assert native._cache_dir() is None
